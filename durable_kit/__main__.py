@@ -1,0 +1,113 @@
+"""Command line: ``python -m durable_kit COMMAND --help``."""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+
+def load_module(path: str) -> None:
+    """Import a Python file by path so the workflows it defines are registered."""
+    spec = importlib.util.spec_from_file_location(Path(path).stem, path)
+    if spec is None or spec.loader is None:
+        sys.exit(f"cannot import {path}: is it a Python file?")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+
+
+def cmd_run(args) -> int:
+    from . import agents  # noqa: F401  (registers the built-in workflows)
+    from .journal import Journal, run_workflow
+
+    if args.module:
+        load_module(args.module)
+    output = run_workflow(Journal(args.db), args.workflow)
+    print(json.dumps(output))
+    return 0
+
+
+def cmd_fragile(args) -> int:
+    from .agents.fragile import research_in_memory
+
+    print(json.dumps(research_in_memory(args.db, args.topic)))
+    return 0
+
+
+def cmd_checkpoint_agent(args) -> int:
+    from .agents.checkpoints import research_filing
+
+    status = research_filing(args.db, args.run, args.company, args.period, not args.source_down)
+    print(status)
+    return 0
+
+
+def cmd_demo(args) -> int:
+    if args.name == "checkpoints":
+        from .agents.checkpoints import run_all, summary_rows
+
+        with tempfile.TemporaryDirectory(prefix="durable-kit-") as folder:
+            rows = summary_rows(run_all(folder))
+        if args.json:
+            print(json.dumps(rows))
+        else:
+            for row in rows:
+                print("  ".join(f"{k}={v}" for k, v in row.items()))
+    return 0
+
+
+def cmd_arm(args) -> int:
+    from .faults import arm
+    from .store import connect
+
+    arm(connect(args.db), args.point, args.action)
+    print(f"armed {args.point} ({args.action}) in {args.db}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m durable_kit", description="A small durable executor on SQLite.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    run = commands.add_parser("run", help="replay one workflow from its first line to the end")
+    run.add_argument("--db", required=True, help="journal database file")
+    run.add_argument("--workflow", required=True, help="workflow id")
+    run.add_argument("--module", help="a Python file that registers more workflows")
+    run.set_defaults(handler=cmd_run)
+
+    fragile = commands.add_parser("fragile", help="notebook 00's in-memory agent (saves nothing)")
+    fragile.add_argument("--db", required=True, help="database holding armed crash points")
+    fragile.add_argument("--topic", required=True)
+    fragile.set_defaults(handler=cmd_fragile)
+
+    agent = commands.add_parser("checkpoint-agent", help="one attempt of notebook 01's filings research")
+    agent.add_argument("--db", required=True)
+    agent.add_argument("--run", default="filings-1", help="research run id")
+    agent.add_argument("--company", default="northwind", help="northwind, harbor-lane or tallis")
+    agent.add_argument("--period", help="FY2024 or FY2025; leave out to be asked")
+    agent.add_argument("--source-down", action="store_true", help="the filing source does not answer")
+    agent.set_defaults(handler=cmd_checkpoint_agent)
+
+    demo = commands.add_parser("demo", help="run a notebook's scenarios in real child processes")
+    demo.add_argument("name", choices=["checkpoints"])
+    demo.add_argument("--json", action="store_true", help="print one JSON array")
+    demo.set_defaults(handler=cmd_demo)
+
+    arm = commands.add_parser("arm", help="arm a crash point for the next process that reaches it")
+    arm.add_argument("--db", required=True)
+    arm.add_argument("--point", required=True, help="for example after_activity:plan or after_commit:analyze")
+    arm.add_argument("--action", default="exit", choices=["exit", "kill", "fail"])
+    arm.set_defaults(handler=cmd_arm)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.handler(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,6 @@
+"""Agents written only with the public API a learner uses.
+
+Importing this package registers their workflows, so a child process can run
+them by name.
+"""
+from . import research  # noqa: F401  (registers the research_report workflow)

@@ -1,0 +1,58 @@
+"""Floor 2: named crash points, armed in the database, fired in a real process.
+
+A fault is armed by one process (a notebook, a test, the command line) and
+fired by another when its code reaches the named boundary. Firing removes the
+fault in the same transaction that records it, so it fires at most once.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+
+from .store import append_event, immediate
+
+CRASH_EXIT_CODE = 13
+ACTIONS = ("exit", "kill", "fail")
+
+
+class InjectedFailure(RuntimeError):
+    """Raised at a boundary armed with action ``fail``: an ordinary error, not a crash."""
+
+
+def arm(conn: sqlite3.Connection, point: str, action: str = "exit") -> None:
+    """Arm ``point`` so the next process to reach it ends (``exit``/``kill``) or raises (``fail``)."""
+    if action not in ACTIONS:
+        raise ValueError(f"fault action must be one of {ACTIONS}, not {action!r}")
+    with immediate(conn):
+        conn.execute("INSERT OR REPLACE INTO faults (point, action) VALUES (?, ?)", (point, action))
+
+
+def disarm_all(conn: sqlite3.Connection) -> list[str]:
+    """Remove every armed fault; return the points that never fired."""
+    with immediate(conn):
+        left = [row["point"] for row in conn.execute("SELECT point FROM faults ORDER BY point")]
+        conn.execute("DELETE FROM faults")
+    return left
+
+
+def trip(conn: sqlite3.Connection, point: str, workflow_id: str) -> None:
+    """If ``point`` is armed, record it in the history and act; otherwise return at once.
+
+    ``exit`` ends the process with ``os._exit(CRASH_EXIT_CODE)``: no cleanup,
+    no flush, no ``finally``. ``kill`` sends SIGKILL to this process.
+    """
+    if conn.execute("SELECT 1 FROM faults WHERE point = ?", (point,)).fetchone() is None:
+        return
+    with immediate(conn):
+        row = conn.execute("SELECT action FROM faults WHERE point = ?", (point,)).fetchone()
+        if row is None:  # another process fired it between our two reads
+            return
+        action = row["action"]
+        conn.execute("DELETE FROM faults WHERE point = ?", (point,))
+        append_event(conn, workflow_id, None, "fault_fired", f"{point} ({action})")
+    if action == "exit":
+        os._exit(CRASH_EXIT_CODE)
+    if action == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    raise InjectedFailure(f"injected failure at {point!r} in workflow {workflow_id!r}")

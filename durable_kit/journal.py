@@ -1,0 +1,271 @@
+"""Floor 2: the step journal. Workflows and steps with durable identities, and replay.
+
+A workflow is a plain function that takes a ``Workflow`` handle and calls
+``execute_step`` for every piece of work that may fail, take time, give a
+different answer twice, or touch the outside world. After any crash the
+function runs again from its first line; ``execute_step`` returns the stored
+output of every step that already completed instead of running it again.
+
+Guarantees, exactly:
+
+* **At-least-once activities.** An activity can run more than once: a process
+  can die after the activity did its work and before its output was committed.
+* **One recorded outcome per step.** Once a step's output is committed it is
+  never replaced; every later replay returns that same output.
+* Code outside ``execute_step`` runs on every replay, so it must be
+  deterministic and free of side effects.
+"""
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable
+
+from .faults import trip
+from .store import append_event, connect, from_json, immediate, now, to_json
+
+WORKFLOWS: dict[str, Callable[["Workflow"], Any]] = {}
+
+
+class WorkflowError(RuntimeError):
+    """A workflow or step was used in a way the journal cannot honour; nothing was written."""
+
+
+def workflow(kind: str) -> Callable:
+    """Register a workflow function under ``kind`` so any process can run it by name."""
+    def register(fn: Callable[["Workflow"], Any]) -> Callable[["Workflow"], Any]:
+        WORKFLOWS[kind] = fn
+        return fn
+    return register
+
+
+class Journal:
+    """Workflows, steps and their append-only history in one SQLite file."""
+
+    def __init__(self, path: str | Path, synchronous: str = "FULL"):
+        self.path = Path(path)
+        self.synchronous = synchronous.upper()
+        self.conn = connect(self.path, self.synchronous)
+
+    @contextmanager
+    def marker_transaction(self):
+        """A ``BEGIN IMMEDIATE`` transaction for a *running* marker, synced at most at NORMAL.
+
+        A marker only counts attempts and fills the history. Committed at NORMAL
+        it survives every process crash; a power loss can lose it, costing one
+        attempt count, never an output: the next FULL commit syncs the log up to
+        and including it, and outputs are always committed at the configured level.
+        """
+        relax = self.synchronous in ("FULL", "EXTRA")
+        if relax:
+            self.conn.execute("PRAGMA synchronous = NORMAL")
+        try:
+            with immediate(self.conn):
+                yield self.conn
+        finally:
+            if relax:
+                self.conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+
+    def start(self, kind: str, input: dict, workflow_id: str | None = None) -> str:
+        """Create a workflow in status ``pending`` and return its id; starting it again is a no-op.
+
+        The same id with the same kind and input returns the existing workflow;
+        with a different kind or input it raises ``WorkflowError`` and writes nothing.
+        """
+        workflow_id = workflow_id or uuid.uuid4().hex[:12]
+        input_json = to_json(input, workflow_id, None, "workflow input")
+        with immediate(self.conn):
+            row = self.conn.execute("SELECT kind, input FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
+            if row is not None:
+                if (row["kind"], row["input"]) != (kind, input_json):
+                    raise WorkflowError(
+                        f"workflow {workflow_id!r} already exists as {row['kind']!r} with input {row['input']}; "
+                        "a workflow id names one task for good: pick a new id for a different task."
+                    )
+                return workflow_id
+            self.conn.execute(
+                "INSERT INTO workflows (id, kind, input, status, created_at, updated_at)"
+                " VALUES (?, ?, ?, 'pending', ?, ?)",
+                (workflow_id, kind, input_json, now(), now()),
+            )
+            self._event(workflow_id, None, "workflow_created", kind)
+        return workflow_id
+
+    def workflow(self, workflow_id: str) -> dict:
+        """The workflow's row, with input and output decoded."""
+        row = self.conn.execute("SELECT * FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
+        if row is None:
+            raise WorkflowError(f"no workflow {workflow_id!r} in {self.path.name}: start it first, or check the id.")
+        return {**dict(row), "input": from_json(row["input"]), "output": from_json(row["output"])}
+
+    def steps(self, workflow_id: str) -> list[dict]:
+        """Every step of the workflow in the order it first started, outputs decoded."""
+        rows = self.conn.execute(
+            "SELECT * FROM steps WHERE workflow_id = ? ORDER BY started_at, name", (workflow_id,))
+        return [{**dict(r), "input": from_json(r["input"]), "output": from_json(r["output"])} for r in rows]
+
+    def history(self, workflow_id: str) -> list[dict]:
+        """The workflow's events, oldest first. For people to read; replay never uses it."""
+        rows = self.conn.execute("SELECT * FROM history WHERE workflow_id = ? ORDER BY seq", (workflow_id,))
+        return [dict(r) for r in rows]
+
+    def open(self, workflow_id: str) -> "Workflow":
+        """Begin one replay: read the workflow and its completed outputs once."""
+        return Workflow(self, self.workflow(workflow_id))
+
+    def _event(self, workflow_id: str, step: str | None, event: str, detail: str | None = None) -> None:
+        # Callers hold a transaction: the event commits with the state change it describes.
+        append_event(self.conn, workflow_id, step, event, detail)
+
+
+class Workflow:
+    """One replay of one workflow, from its first line."""
+
+    def __init__(self, journal: Journal, row: dict):
+        self.journal, self.conn = journal, journal.conn
+        self.id, self.kind, self.input, self.status = row["id"], row["kind"], row["input"], row["status"]
+        self.db_path = journal.path
+        # One read per replay: every later lookup is a dictionary access.
+        self._outputs = {
+            r["name"]: r["output"]
+            for r in self.conn.execute(
+                "SELECT name, output FROM steps WHERE workflow_id = ? AND status = 'complete'", (self.id,))
+        }
+        self._names_seen: set[str] = set()
+        self._reused: list[str] = []
+
+    def execute_step(self, name: str, activity: Callable[[], Any], step_input: Any = None) -> Any:
+        """Return the step's stored output, or run ``activity`` once now and store its output.
+
+        A completed step is found by name alone: its activity does not run and
+        ``step_input`` is not compared. Otherwise the attempt is committed as
+        *running*, the activity runs (at least once, counting crashes), and its
+        output is committed before it is returned. The value returned is the
+        stored JSON decoded, so the first run and every replay see the same value.
+        """
+        if name in self._names_seen:
+            raise WorkflowError(
+                f"workflow {self.id!r}: step {name!r} was already executed in this run. Step names identify "
+                "steps for good: give each call its own name (for example f'research:{subtopic}')."
+            )
+        self._names_seen.add(name)
+        if name in self._outputs:
+            self._reused.append(name)
+            return json.loads(self._outputs[name])
+
+        input_json = to_json(step_input, self.id, name, "step input")
+        with self.journal.marker_transaction():
+            self._write_reused()
+            attempt = self.conn.execute(
+                "INSERT INTO steps (workflow_id, name, status, input, attempts, started_at)"
+                " VALUES (?, ?, 'running', ?, 1, ?)"
+                " ON CONFLICT (workflow_id, name) DO UPDATE SET status = 'running', input = excluded.input,"
+                "   attempts = attempts + 1, error = NULL WHERE status != 'complete'"
+                " RETURNING attempts",
+                (self.id, name, input_json, now()),
+            ).fetchone()
+            if attempt is None:  # another process completed it since this replay began
+                return self._adopt_recorded_output(name)
+            self.journal._event(self.id, name, "step_started", f"attempt {attempt['attempts']}")
+            # Read inside this transaction: a fault armed while the activity runs applies from the next step.
+            armed = {row["point"] for row in self.conn.execute(
+                "SELECT point FROM faults WHERE point IN (?, ?)", (f"after_activity:{name}", f"after_commit:{name}"))}
+
+        try:
+            output_json = to_json(activity(), self.id, name, "activity's output")
+        except Exception as exc:
+            with immediate(self.conn):
+                self.conn.execute(
+                    "UPDATE steps SET status = 'failed', error = ? WHERE workflow_id = ? AND name = ?",
+                    (f"{type(exc).__name__}: {exc}", self.id, name))
+                self.journal._event(self.id, name, "step_failed", f"{type(exc).__name__}: {exc}")
+            raise
+        if f"after_activity:{name}" in armed:
+            trip(self.conn, f"after_activity:{name}", self.id)
+
+        with immediate(self.conn):
+            updated = self.conn.execute(
+                "UPDATE steps SET status = 'complete', output = ?, completed_at = ?"
+                " WHERE workflow_id = ? AND name = ? AND status != 'complete'",
+                (output_json, now(), self.id, name),
+            ).rowcount
+            if not updated:
+                return self._adopt_recorded_output(name)
+            self.journal._event(self.id, name, "step_completed")
+        if f"after_commit:{name}" in armed:
+            trip(self.conn, f"after_commit:{name}", self.id)
+        self._outputs[name] = output_json
+        return json.loads(output_json)
+
+    def _adopt_recorded_output(self, name: str) -> Any:
+        # One recorded outcome per step: a later attempt returns the first outcome, never replaces it.
+        output = self.conn.execute(
+            "SELECT output FROM steps WHERE workflow_id = ? AND name = ?", (self.id, name)).fetchone()["output"]
+        self._outputs[name] = output
+        return json.loads(output)
+
+    def _write_reused(self) -> None:
+        # Reuse events are batched into the next write, so replay costs no commit per reused step.
+        if self._reused:
+            pid, at = os.getpid(), now()
+            last = self.conn.execute(
+                "SELECT COALESCE(MAX(seq), 0) FROM history WHERE workflow_id = ?", (self.id,)).fetchone()[0]
+            self.conn.executemany(
+                "INSERT INTO history (workflow_id, seq, step, event, detail, pid, at)"
+                " VALUES (?, ?, ?, 'step_reused', NULL, ?, ?)",
+                [(self.id, last + i, name, pid, at) for i, name in enumerate(self._reused, start=1)])
+            self._reused.clear()
+
+    def begin(self) -> None:
+        """Mark the workflow running and record that a replay started."""
+        with immediate(self.conn):
+            self.conn.execute(
+                "UPDATE workflows SET status = 'running', updated_at = ? WHERE id = ?", (now(), self.id))
+            self.journal._event(self.id, None, "replay_started", f"{len(self._outputs)} completed steps on record")
+
+    def finish(self, output: Any) -> None:
+        """Commit the workflow's output and status ``complete`` (with any pending reuse events)."""
+        output_json = to_json(output, self.id, None, "workflow's output")
+        with immediate(self.conn):
+            self._write_reused()
+            self.conn.execute(
+                "UPDATE workflows SET status = 'complete', output = ?, error = NULL, updated_at = ? WHERE id = ?",
+                (output_json, now(), self.id))
+            self.journal._event(self.id, None, "workflow_completed")
+
+    def fail(self, error: BaseException) -> None:
+        """Commit status ``failed`` with the error (with any pending reuse events)."""
+        with immediate(self.conn):
+            self._write_reused()
+            self.conn.execute(
+                "UPDATE workflows SET status = 'failed', error = ?, updated_at = ? WHERE id = ?",
+                (f"{type(error).__name__}: {error}", now(), self.id))
+            self.journal._event(self.id, None, "workflow_failed", f"{type(error).__name__}: {error}")
+
+
+def run_workflow(journal: Journal, workflow_id: str) -> Any:
+    """Replay the workflow from its first line to the end and return its output.
+
+    A workflow already complete returns its stored output without running.
+    An exception from the workflow marks it ``failed`` and is raised again.
+    """
+    wf = journal.open(workflow_id)
+    if wf.status == "complete":
+        return journal.workflow(workflow_id)["output"]
+    fn = WORKFLOWS.get(wf.kind)
+    if fn is None:
+        raise WorkflowError(
+            f"workflow {workflow_id!r} is of kind {wf.kind!r}, which no imported module registered; "
+            f"known kinds: {sorted(WORKFLOWS)}. Import the module that defines it (or pass --module FILE)."
+        )
+    wf.begin()
+    try:
+        output = fn(wf)
+    except Exception as exc:
+        wf.fail(exc)
+        raise
+    wf.finish(output)
+    return json.loads(to_json(output, workflow_id, None, "workflow's output"))

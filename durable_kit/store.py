@@ -1,0 +1,181 @@
+"""Floor 1: the SQLite file everything else stands on.
+
+One connection per process (never carried across a fork), WAL journal,
+``synchronous=FULL`` unless asked otherwise, a busy timeout, and
+``BEGIN IMMEDIATE`` around every read-then-write. Values cross into the
+database as JSON only: never pickle.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sqlite3
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+SCHEMA_VERSION = 1
+SYNCHRONOUS_LEVELS = ("OFF", "NORMAL", "FULL", "EXTRA")
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS schema_version (
+    version INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS workflows (
+    id         TEXT PRIMARY KEY,
+    kind       TEXT NOT NULL,
+    input      TEXT NOT NULL,
+    status     TEXT NOT NULL CHECK (status IN ('pending', 'running', 'complete', 'failed')),
+    output     TEXT,
+    error      TEXT,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS steps (
+    workflow_id  TEXT NOT NULL REFERENCES workflows (id),
+    name         TEXT NOT NULL,
+    status       TEXT NOT NULL CHECK (status IN ('running', 'complete', 'failed')),
+    input        TEXT,
+    output       TEXT,
+    attempts     INTEGER NOT NULL DEFAULT 0,
+    error        TEXT,
+    started_at   REAL,
+    completed_at REAL,
+    PRIMARY KEY (workflow_id, name)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS history (
+    workflow_id TEXT NOT NULL,
+    seq         INTEGER NOT NULL,  -- 1, 2, 3, ... within the workflow
+    step        TEXT,
+    event       TEXT NOT NULL,
+    detail      TEXT,
+    pid         INTEGER NOT NULL,
+    at          REAL NOT NULL,
+    PRIMARY KEY (workflow_id, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS faults (
+    point  TEXT PRIMARY KEY,
+    action TEXT NOT NULL CHECK (action IN ('exit', 'kill', 'fail'))
+);
+"""
+
+
+class SchemaMismatch(RuntimeError):
+    """The database was written by a different schema version of durable_kit."""
+
+
+class NotJSON(TypeError):
+    """A value could not be stored as JSON; nothing was written."""
+
+
+def connect(path: str | Path, synchronous: str = "FULL", busy_timeout_ms: int = 5000) -> sqlite3.Connection:
+    """Open (creating if needed) a database in WAL mode; commits are durable per ``synchronous``.
+
+    ``FULL`` syncs the write-ahead log on every commit. ``NORMAL`` keeps every
+    commit across a process crash but may lose the last ones on power loss.
+    """
+    level = synchronous.upper()
+    if level not in SYNCHRONOUS_LEVELS:
+        raise ValueError(f"synchronous must be one of {SYNCHRONOUS_LEVELS}, not {synchronous!r}")
+    # isolation_level=None: we issue BEGIN ourselves, so every transaction is visible in the code.
+    conn = sqlite3.connect(str(path), isolation_level=None, timeout=busy_timeout_ms / 1000)
+    conn.row_factory = sqlite3.Row
+    conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute(f"PRAGMA synchronous = {level}")
+    conn.execute("PRAGMA foreign_keys = ON")
+    _ensure_schema(conn, path)
+    return conn
+
+
+def _ensure_schema(conn: sqlite3.Connection, path: str | Path) -> None:
+    with immediate(conn):
+        for statement in SCHEMA.split(";"):
+            if statement.strip():
+                conn.execute(statement)
+        row = conn.execute("SELECT version FROM schema_version").fetchone()
+        if row is None:
+            conn.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
+        elif row["version"] != SCHEMA_VERSION:
+            raise SchemaMismatch(
+                f"{path} has schema version {row['version']}, this durable_kit expects {SCHEMA_VERSION}: "
+                "use a new database file, or the durable_kit version that wrote it."
+            )
+
+
+@contextmanager
+def immediate(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """Run the block in one ``BEGIN IMMEDIATE`` transaction: all of it commits, or none of it.
+
+    IMMEDIATE takes the write lock before the first read, so a read-then-write
+    waits for the busy timeout instead of failing with SQLITE_BUSY midway.
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def to_json(value: Any, workflow_id: str, step: str | None, what: str) -> str:
+    """Encode ``value`` as strict JSON, or raise ``NotJSON`` naming the workflow and step."""
+    try:
+        return json.dumps(value, allow_nan=False, sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        where = f"workflow {workflow_id!r}" + (f", step {step!r}" if step else "")
+        problem = _describe_json_problem(value) or str(exc)
+        raise NotJSON(
+            f"{where}: the {what} cannot be stored as JSON ({problem}). "
+            "Use only dict, list, str, int, float (finite), bool and None; "
+            "convert other values (for example a datetime to an ISO string) first. "
+            "Nothing was written."
+        ) from exc
+
+
+def _describe_json_problem(value: Any, path: str = "$") -> str | None:
+    """Return where in ``value`` the first non-JSON item sits, like ``$.scores[2] is NaN``."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{path} is {value}"
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return f"{path} has a key of type {type(key).__name__}"
+            found = _describe_json_problem(item, f"{path}.{key}")
+            if found:
+                return found
+        return None
+    if isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            found = _describe_json_problem(item, f"{path}[{index}]")
+            if found:
+                return found
+        return None
+    return f"{path} is a {type(value).__name__}"
+
+
+APPEND_EVENT = (
+    "INSERT INTO history (workflow_id, seq, step, event, detail, pid, at)"
+    " SELECT ?1, COALESCE(MAX(seq), 0) + 1, ?2, ?3, ?4, ?5, ?6 FROM history WHERE workflow_id = ?1"
+)
+
+
+def append_event(conn: sqlite3.Connection, workflow_id: str, step: str | None, event: str,
+                 detail: str | None = None) -> None:
+    """Append one event to the workflow's history; the caller's transaction commits it."""
+    conn.execute(APPEND_EVENT, (workflow_id, step, event, detail, os.getpid(), now()))
+
+
+def from_json(text: str | None) -> Any:
+    """Decode a stored JSON value (``None`` stays ``None``)."""
+    return None if text is None else json.loads(text)
+
+
+def now() -> float:
+    """Wall-clock seconds; stored for people to read, never used to order events."""
+    return time.time()

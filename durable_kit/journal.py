@@ -175,7 +175,8 @@ class Workflow:
                 "SELECT point FROM faults WHERE point IN (?, ?)", (f"after_activity:{name}", f"after_commit:{name}"))}
 
         try:
-            output_json = to_json(activity(), self.id, name, "activity's output")
+            output_json = to_json(activity(), self.id, name, "activity's output",
+                                  "The output was not stored; the step runs again on the next replay.")
         except Exception as exc:
             with immediate(self.conn):
                 self.conn.execute(

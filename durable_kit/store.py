@@ -121,8 +121,9 @@ def immediate(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     conn.execute("COMMIT")
 
 
-def to_json(value: Any, workflow_id: str, step: str | None, what: str) -> str:
-    """Encode ``value`` as strict JSON, or raise ``NotJSON`` naming the workflow and step."""
+def to_json(value: Any, workflow_id: str, step: str | None, what: str,
+            outcome: str = "Nothing was written.") -> str:
+    """Encode ``value`` as strict JSON, or raise ``NotJSON`` naming the workflow, step and what follows."""
     try:
         return json.dumps(value, allow_nan=False, sort_keys=True, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
@@ -131,8 +132,7 @@ def to_json(value: Any, workflow_id: str, step: str | None, what: str) -> str:
         raise NotJSON(
             f"{where}: the {what} cannot be stored as JSON ({problem}). "
             "Use only dict, list, str, int, float (finite), bool and None; "
-            "convert other values (for example a datetime to an ISO string) first. "
-            "Nothing was written."
+            f"convert other values (for example a datetime to an ISO string) first. {outcome}"
         ) from exc
 
 

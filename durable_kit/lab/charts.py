@@ -26,7 +26,7 @@ def calls_vs_artifacts(labels: Sequence[str], calls: Sequence[int], needed: Sequ
     repeated = [c - f for c, f in zip(calls, first)]
     xs = range(len(labels))
     width = 0.38
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(labels) + 2), 3.8))
+    fig, ax = plt.subplots(figsize=(min(11.0, 0.7 * len(labels) + 4), 4.2))
     ax.bar([x - width / 2 for x in xs], first, width, color=NEEDED, label=f"{calls_label}, needed once")
     ax.bar([x - width / 2 for x in xs], repeated, width, bottom=first, color=REPEATED,
            label=f"{calls_label}, repeated")

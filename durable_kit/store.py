@@ -124,39 +124,50 @@ def immediate(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
 def to_json(value: Any, workflow_id: str, step: str | None, what: str,
             outcome: str = "Nothing was written.") -> str:
     """Encode ``value`` as strict JSON, or raise ``NotJSON`` naming the workflow, step and what follows."""
-    try:
-        return json.dumps(value, allow_nan=False, sort_keys=True, separators=(",", ":"))
-    except (TypeError, ValueError) as exc:
-        where = f"workflow {workflow_id!r}" + (f", step {step!r}" if step else "")
-        problem = _describe_json_problem(value) or str(exc)
-        raise NotJSON(
-            f"{where}: the {what} cannot be stored as JSON ({problem}). "
-            "Use only dict, list, str, int, float (finite), bool and None; "
-            f"convert other values (for example a datetime to an ISO string) first. {outcome}"
-        ) from exc
+    # Checked first: json.dumps would silently turn int, float, bool and None keys into strings.
+    problem = _describe_json_problem(value)
+    if problem is None:
+        try:
+            return json.dumps(value, allow_nan=False, sort_keys=True, separators=(",", ":"))
+        except (TypeError, ValueError) as exc:  # for example a circular reference
+            problem = str(exc)
+    where = f"workflow {workflow_id!r}" + (f", step {step!r}" if step else "")
+    raise NotJSON(
+        f"{where}: the {what} cannot be stored as JSON ({problem}). "
+        "Use only dict, list, str, int, float (finite), bool and None; "
+        f"convert other values (for example a datetime to an ISO string) first. {outcome}"
+    )
 
 
-def _describe_json_problem(value: Any, path: str = "$") -> str | None:
-    """Return where in ``value`` the first non-JSON item sits, like ``$.scores[2] is NaN``."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return f"{path} is {value}"
-    if value is None or isinstance(value, (str, int, float, bool)):
+def _describe_json_problem(value: Any) -> str | None:
+    """Where in ``value`` the first non-JSON item sits, like ``$.scores[2] is nan``; None if all is JSON."""
+    found = _find_problem(value, set())
+    if found is None:
         return None
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                return f"{path} has a key of type {type(key).__name__}"
-            found = _describe_json_problem(item, f"{path}.{key}")
-            if found:
-                return found
+    path, problem = found
+    return "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in reversed(path)) + f" {problem}"
+
+
+def _find_problem(value: Any, open_ids: set[int]) -> tuple[list, str] | None:
+    # The path is built only on the way back from a problem, so valid values cost one walk.
+    if isinstance(value, float):
+        return None if math.isfinite(value) else ([], f"is {value}")
+    if value is None or isinstance(value, (str, int, bool)):
         return None
-    if isinstance(value, (list, tuple)):
-        for index, item in enumerate(value):
-            found = _describe_json_problem(item, f"{path}[{index}]")
-            if found:
-                return found
-        return None
-    return f"{path} is a {type(value).__name__}"
+    if not isinstance(value, (dict, list, tuple)):
+        return [], f"is a {type(value).__name__}"
+    if id(value) in open_ids:
+        return [], "contains itself"
+    open_ids.add(id(value))
+    for key, item in (value.items() if isinstance(value, dict) else enumerate(value)):
+        if isinstance(value, dict) and not isinstance(key, str):
+            return [], f"has a key of type {type(key).__name__} (JSON keys are strings)"
+        found = _find_problem(item, open_ids)
+        if found is not None:
+            found[0].append(key)
+            return found
+    open_ids.discard(id(value))
+    return None
 
 
 APPEND_EVENT = (

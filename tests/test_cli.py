@@ -1,0 +1,50 @@
+"""The command line, run as a learner runs it."""
+from __future__ import annotations
+
+import json
+
+from conftest import run_python
+
+
+def test_help_lists_the_commands():
+    done = run_python("-m", "durable_kit", "--help")
+    assert done.returncode == 0, done.stderr
+    for command in ("run", "fragile", "checkpoint-agent", "demo", "arm"):
+        assert command in done.stdout
+
+
+def test_demo_checkpoints_prints_one_json_array():
+    done = run_python("-m", "durable_kit", "demo", "checkpoints", "--json")
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)
+    assert isinstance(rows, list) and len(rows) == 7
+    for row in rows:
+        assert set(row) == {"scenario", "exit_code", "source_calls", "evidence", "findings", "status"}
+        assert row["status"] == "complete"
+    assert {r["scenario"]: r["source_calls"] for r in rows}["crash_after_fetch"] == 2
+
+
+def test_bench_prints_one_json_object():
+    done = run_python("-m", "durable_kit.bench", "--json", "--steps", "200")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert {"journal_us_per_step", "raw_us_per_step", "ratio", "replay_us_per_step", "synchronous"} <= set(result)
+    for key in ("journal_us_per_step", "raw_us_per_step", "ratio", "replay_us_per_step"):
+        assert isinstance(result[key], (int, float)) and result[key] > 0, key
+    assert result["synchronous"] == "FULL"
+
+
+def test_arm_then_run_crashes_at_the_armed_point(tmp_path):
+    from durable_kit import CRASH_EXIT_CODE, Journal
+
+    db = tmp_path / "wf.db"
+    journal = Journal(db)
+    journal.start("research_report", {"topic": "a one-part question"}, "wf-1")
+    armed = run_python("-m", "durable_kit", "arm", "--db", str(db), "--point", "after_commit:analyze")
+    assert armed.returncode == 0, armed.stderr
+    crashed = run_python("-m", "durable_kit", "run", "--db", str(db), "--workflow", "wf-1")
+    assert crashed.returncode == CRASH_EXIT_CODE
+    assert [s["name"] for s in journal.steps("wf-1")][-1] == "analyze"
+    finished = run_python("-m", "durable_kit", "run", "--db", str(db), "--workflow", "wf-1")
+    assert finished.returncode == 0, finished.stderr
+    assert json.loads(finished.stdout) == journal.workflow("wf-1")["output"]

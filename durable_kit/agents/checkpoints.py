@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..faults import arm, disarm_all, trip
 from ..fakes.llm import FakeLLM
-from ..fakes.sources import FixtureSource, SourceUnavailable
+from ..fakes.sources import FixtureSource, SourceUnavailable, load_filings
 from ..ledger import Ledger
 from ..store import connect, immediate, now
 
@@ -47,6 +47,10 @@ CREATE TABLE IF NOT EXISTS findings (
     claim       TEXT NOT NULL
 );
 """
+
+
+class NotWaiting(ValueError):
+    """An answer was given to a run that is not waiting for one; nothing was saved."""
 
 
 def open_checkpoints(db_path: str | Path):
@@ -80,7 +84,9 @@ def research_filing(db_path: str | Path, run_id: str, company: str, period: str 
         run = conn.execute("SELECT * FROM research_runs WHERE id = ?", (run_id,)).fetchone()
     period = run["period"] or run["answer"]
     if period is None:
-        _set_status(conn, run_id, "waiting", f"Which reporting period of {company} should I read (FY2024 or FY2025)?")
+        company_name = load_filings().get(company, {}).get("name", company)
+        _set_status(conn, run_id, "waiting",
+                    f"Which reporting period of {company_name} should I read (FY2024 or FY2025)?")
         return "waiting"
     _set_status(conn, run_id, "running")
 
@@ -118,7 +124,8 @@ def answer_clarification(db_path: str | Path, run_id: str, answer: str) -> None:
         run = conn.execute("SELECT status FROM research_runs WHERE id = ?", (run_id,)).fetchone()
         if run is None or run["status"] != "waiting":
             status = "missing" if run is None else run["status"]
-            raise ValueError(f"run {run_id!r} is {status}, not waiting for an answer; nothing was saved.")
+            raise NotWaiting(f"run {run_id!r} is {status}, not waiting for an answer; nothing was saved. "
+                             "Check the run's status before answering.")
         conn.execute("UPDATE research_runs SET answer = ?, question = NULL, updated_at = ? WHERE id = ?",
                      (answer, now(), run_id))
 
@@ -128,13 +135,17 @@ def saved_state(db_path: str | Path, run_id: str = "filings-1") -> dict:
     conn = open_checkpoints(db_path)
     run = conn.execute("SELECT status FROM research_runs WHERE id = ?", (run_id,)).fetchone()
     ledger = Ledger.beside(db_path)
-    return {
-        "source_calls": ledger.count("source", run_id),
-        "model_calls": ledger.count("model", run_id),
-        "evidence": conn.execute("SELECT COUNT(*) FROM evidence WHERE run_id = ?", (run_id,)).fetchone()[0],
-        "findings": conn.execute("SELECT COUNT(*) FROM findings WHERE run_id = ?", (run_id,)).fetchone()[0],
-        "status": run["status"] if run else None,
-    }
+    try:
+        return {
+            "source_calls": ledger.count("source", run_id),
+            "model_calls": ledger.count("model", run_id),
+            "evidence": conn.execute("SELECT COUNT(*) FROM evidence WHERE run_id = ?", (run_id,)).fetchone()[0],
+            "findings": conn.execute("SELECT COUNT(*) FROM findings WHERE run_id = ?", (run_id,)).fetchone()[0],
+            "status": run["status"] if run else None,
+        }
+    finally:
+        ledger.close()
+        conn.close()
 
 
 # --- the seven scenarios, each in fresh child processes against its own database ---

@@ -18,7 +18,7 @@ STORED = "#1f77b4"
 
 def calls_vs_artifacts(labels: Sequence[str], calls: Sequence[int], needed: Sequence[int] | int,
                        stored: Sequence[int], title: str, calls_label: str = "calls",
-                       stored_label: str = "stored artifacts") -> None:
+                       stored_label: str = "stored artifacts", xlabel: str | None = None) -> None:
     """Per label: calls made (needed part grey, repeated part red) beside artifacts stored (blue)."""
     if isinstance(needed, int):
         needed = [needed] * len(labels)
@@ -34,6 +34,8 @@ def calls_vs_artifacts(labels: Sequence[str], calls: Sequence[int], needed: Sequ
     ax.set_xticks(list(xs), labels, rotation=25, ha="right")
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("count")
+    if xlabel:
+        ax.set_xlabel(xlabel)
     ax.set_title(title)
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     fig.tight_layout()

@@ -3,29 +3,36 @@
 A fault is armed by one process (a notebook, a test, the command line) and
 fired by another when its code reaches the named boundary. Firing removes the
 fault in the same transaction that records it, so it fires at most once.
+
+The journal checks, for every step, ``after_activity:<step>``,
+``after_commit:<step>`` and ``next_step`` (just before the activity runs, for
+whichever step comes next).
 """
 from __future__ import annotations
 
 import os
 import signal
 import sqlite3
+import time
 
+from .retries import Transient
 from .store import append_event, immediate
 
 CRASH_EXIT_CODE = 13
-ACTIONS = ("exit", "kill", "fail")
+ACTIONS = ("exit", "kill", "fail", "delay")
 
 
-class InjectedFailure(RuntimeError):
-    """Raised at a boundary armed with action ``fail``: an ordinary error, not a crash."""
+class InjectedFailure(Transient):
+    """Raised at a boundary armed with ``fail``: a transient error, not a crash, so a retry policy retries it."""
 
 
-def arm(conn: sqlite3.Connection, point: str, action: str = "exit") -> None:
-    """Arm ``point`` so the next process to reach it ends (``exit``/``kill``) or raises (``fail``)."""
+def arm(conn: sqlite3.Connection, point: str, action: str = "exit", seconds: float = 0) -> None:
+    """Arm ``point``: the next process to reach it ends (``exit``/``kill``), raises (``fail``) or sleeps (``delay``)."""
     if action not in ACTIONS:
         raise ValueError(f"fault action must be one of {ACTIONS}, not {action!r}")
     with immediate(conn):
-        conn.execute("INSERT OR REPLACE INTO faults (point, action) VALUES (?, ?)", (point, action))
+        conn.execute("INSERT OR REPLACE INTO faults (point, action, seconds) VALUES (?, ?, ?)",
+                     (point, action, seconds))
 
 
 def disarm_all(conn: sqlite3.Connection) -> list[str]:
@@ -40,12 +47,13 @@ def trip(conn: sqlite3.Connection, point: str, workflow_id: str) -> None:
     """If ``point`` is armed, record it in the history and act; otherwise return at once.
 
     ``exit`` ends the process with ``os._exit(CRASH_EXIT_CODE)``: no cleanup,
-    no flush, no ``finally``. ``kill`` sends SIGKILL to this process.
+    no flush, no ``finally``. ``kill`` sends SIGKILL to this process (POSIX).
+    ``delay`` sleeps, then returns; ``fail`` raises ``InjectedFailure``.
     """
     if conn.execute("SELECT 1 FROM faults WHERE point = ?", (point,)).fetchone() is None:
         return
     with immediate(conn):
-        row = conn.execute("SELECT action FROM faults WHERE point = ?", (point,)).fetchone()
+        row = conn.execute("SELECT action, seconds FROM faults WHERE point = ?", (point,)).fetchone()
         if row is None:  # another process fired it between our two reads
             return
         action = row["action"]
@@ -55,4 +63,7 @@ def trip(conn: sqlite3.Connection, point: str, workflow_id: str) -> None:
         os._exit(CRASH_EXIT_CODE)
     if action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
+    if action == "delay":
+        time.sleep(row["seconds"])
+        return
     raise InjectedFailure(f"injected failure at {point!r} in workflow {workflow_id!r}")

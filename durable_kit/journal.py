@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .faults import trip
+from .retries import FormatFailure, InvalidRequest, RetryPolicy, decide_and_record
 from .store import append_event, connect, from_json, immediate, now, to_json
 
 WORKFLOWS: dict[str, Callable[["Workflow"], Any]] = {}
@@ -32,6 +33,18 @@ WORKFLOWS: dict[str, Callable[["Workflow"], Any]] = {}
 
 class WorkflowError(RuntimeError):
     """A workflow or step was used in a way the journal cannot honour; nothing was written."""
+
+
+class Suspended(BaseException):
+    """This replay stops here; the database already says when the workflow may run again.
+
+    A BaseException, like KeyboardInterrupt, so that workflow code catching
+    ``Exception`` lets it pass.
+    """
+
+
+class Ended(BaseException):
+    """The workflow reached a final status other than *complete*; the status is already committed."""
 
 
 def workflow(kind: str) -> Callable:
@@ -129,22 +142,32 @@ class Workflow:
         self.id, self.kind, self.input, self.status = row["id"], row["kind"], row["input"], row["status"]
         self.db_path = journal.path
         # One read per replay: every later lookup is a dictionary access.
-        self._outputs = {
-            r["name"]: r["output"]
-            for r in self.conn.execute(
-                "SELECT name, output FROM steps WHERE workflow_id = ? AND status = 'complete'", (self.id,))
-        }
+        self._outputs, self._not_before = {}, {}
+        for r in self.conn.execute(
+                "SELECT name, status, output, next_attempt_at FROM steps WHERE workflow_id = ?", (self.id,)):
+            if r["status"] == "complete":
+                self._outputs[r["name"]] = r["output"]
+            elif r["status"] == "retrying":
+                self._not_before[r["name"]] = r["next_attempt_at"]
         self._names_seen: set[str] = set()
         self._reused: list[str] = []
 
-    def execute_step(self, name: str, activity: Callable[[], Any], step_input: Any = None) -> Any:
-        """Return the step's stored output, or run ``activity`` once now and store its output.
+    def execute_step(self, name: str, activity: Callable[[], Any], step_input: Any = None, *,
+                     retry: RetryPolicy | None = None, repair: Callable[[str], Any] | None = None,
+                     fallback: Callable[[], Any] | None = None) -> Any:
+        """Return the step's stored output, or run ``activity`` now and store its output.
 
         A completed step is found by name alone: its activity does not run and
         ``step_input`` is not compared. Otherwise the attempt is committed as
         *running*, the activity runs (at least once, counting crashes), and its
         output is committed before it is returned. The value returned is the
         stored JSON decoded, so the first run and every replay see the same value.
+
+        Without ``retry`` a failure marks the step *failed* and is raised. With
+        ``retry``, the failure's class picks the path (``retries.decide``): a
+        durable retry schedule, escalation or stop. ``repair(message)`` gets one
+        try after ``InvalidRequest`` or ``FormatFailure``, with the validation
+        message; ``fallback()`` answers a ``FormatFailure`` that repair did not fix.
         """
         if name in self._names_seen:
             raise WorkflowError(
@@ -155,15 +178,51 @@ class Workflow:
         if name in self._outputs:
             self._reused.append(name)
             return json.loads(self._outputs[name])
+        not_before = self._not_before.get(name)
+        if not_before is not None and not_before > now():
+            self._suspend_until(not_before, f"step {name!r} is not due yet")
 
         input_json = to_json(step_input, self.id, name, "step input")
+        run, repaired = activity, False
+        while True:
+            try:
+                return self._attempt(name, run, input_json)
+            except Exception as error:
+                if retry is None:
+                    raise
+                if isinstance(error, (InvalidRequest, FormatFailure)) and repair and not repaired:
+                    run, repaired = (lambda message=str(error): repair(message)), True
+                    continue
+                if isinstance(error, FormatFailure) and fallback:
+                    run, fallback = fallback, None
+                    continue
+                self._decide_after_failure(name, error, retry)
+
+    def _decide_after_failure(self, name: str, error: Exception, retry: RetryPolicy) -> None:
+        decision = decide_and_record(self.conn, self.id, name, error, retry)
+        if decision.path == "fail":
+            raise error
+        if decision.path == "retry":
+            raise Suspended(f"workflow {self.id!r}, step {name!r}: retry scheduled in {decision.delay:g} s")
+        raise Ended(f"workflow {self.id!r}, step {name!r}: {decision.reason}")
+
+    def _suspend_until(self, run_at: float, why: str) -> None:
+        with immediate(self.conn):
+            self._write_reused()
+            self.conn.execute("UPDATE workflows SET status = 'pending', next_run_at = ?, updated_at = ? WHERE id = ?",
+                              (run_at, now(), self.id))
+            self.journal._event(self.id, None, "replay_suspended", why)
+        raise Suspended(f"workflow {self.id!r}: {why}")
+
+    def _attempt(self, name: str, activity: Callable[[], Any], input_json: str) -> Any:
+        """One attempt: commit a running marker, run the activity, commit its output."""
         with self.journal.marker_transaction():
             self._write_reused()
             attempt = self.conn.execute(
                 "INSERT INTO steps (workflow_id, name, status, input, attempts, started_at)"
                 " VALUES (?, ?, 'running', ?, 1, ?)"
                 " ON CONFLICT (workflow_id, name) DO UPDATE SET status = 'running', input = excluded.input,"
-                "   attempts = attempts + 1, error = NULL WHERE status != 'complete'"
+                "   attempts = attempts + 1, error = NULL, next_attempt_at = NULL WHERE status != 'complete'"
                 " RETURNING attempts",
                 (self.id, name, input_json, now()),
             ).fetchone()
@@ -172,9 +231,12 @@ class Workflow:
             self.journal._event(self.id, name, "step_started", f"attempt {attempt['attempts']}")
             # Read inside this transaction: a fault armed while the activity runs applies from the next step.
             armed = {row["point"] for row in self.conn.execute(
-                "SELECT point FROM faults WHERE point IN (?, ?)", (f"after_activity:{name}", f"after_commit:{name}"))}
+                "SELECT point FROM faults WHERE point IN ('next_step', ?, ?)",
+                (f"after_activity:{name}", f"after_commit:{name}"))}
 
         try:
+            if "next_step" in armed:
+                trip(self.conn, "next_step", self.id)
             output_json = to_json(activity(), self.id, name, "activity's output",
                                   "The output was not stored; the step runs again on the next replay.")
         except Exception as exc:
@@ -247,14 +309,19 @@ class Workflow:
             self.journal._event(self.id, None, "workflow_failed", f"{type(error).__name__}: {error}")
 
 
-def run_workflow(journal: Journal, workflow_id: str) -> Any:
-    """Replay the workflow from its first line to the end and return its output.
+FINAL_STATUSES = ("complete", "escalated", "stopped")
 
-    A workflow already complete returns its stored output without running.
-    An exception from the workflow marks it ``failed`` and is raised again.
+
+def run_workflow(journal: Journal, workflow_id: str) -> Any:
+    """Replay the workflow from its first line as far as it can go; return its output, or None.
+
+    A workflow in a final status returns its stored output without running.
+    A replay that stops at a retry schedule, an escalation or a stop returns
+    None: the database says why. An exception from the workflow marks it
+    ``failed`` and is raised again; a later replay resumes it.
     """
     wf = journal.open(workflow_id)
-    if wf.status == "complete":
+    if wf.status in FINAL_STATUSES:
         return journal.workflow(workflow_id)["output"]
     fn = WORKFLOWS.get(wf.kind)
     if fn is None:
@@ -265,6 +332,8 @@ def run_workflow(journal: Journal, workflow_id: str) -> Any:
     wf.begin()
     try:
         output = fn(wf)
+    except (Suspended, Ended):
+        return None
     except Exception as exc:
         wf.fail(exc)
         raise

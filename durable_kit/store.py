@@ -24,27 +24,40 @@ CREATE TABLE IF NOT EXISTS schema_version (
     version INTEGER NOT NULL
 );
 CREATE TABLE IF NOT EXISTS workflows (
-    id         TEXT PRIMARY KEY,
-    kind       TEXT NOT NULL,
-    input      TEXT NOT NULL,
-    status     TEXT NOT NULL CHECK (status IN ('pending', 'running', 'complete', 'failed')),
-    output     TEXT,
-    error      TEXT,
-    created_at REAL NOT NULL,
-    updated_at REAL NOT NULL
+    id           TEXT PRIMARY KEY,
+    kind         TEXT NOT NULL,
+    input        TEXT NOT NULL,
+    status       TEXT NOT NULL CHECK (status IN
+                     ('pending', 'running', 'complete', 'failed', 'escalated', 'stopped')),
+    output       TEXT,
+    error        TEXT,
+    next_run_at  REAL NOT NULL DEFAULT 0,  -- a pending workflow may run from this time on
+    retry_budget INTEGER NOT NULL DEFAULT 10,  -- retries allowed across all its steps
+    retries_used INTEGER NOT NULL DEFAULT 0,
+    created_at   REAL NOT NULL,
+    updated_at   REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS steps (
-    workflow_id  TEXT NOT NULL REFERENCES workflows (id),
-    name         TEXT NOT NULL,
-    status       TEXT NOT NULL CHECK (status IN ('running', 'complete', 'failed')),
-    input        TEXT,
-    output       TEXT,
-    attempts     INTEGER NOT NULL DEFAULT 0,
-    error        TEXT,
-    started_at   REAL,
-    completed_at REAL,
+    workflow_id     TEXT NOT NULL REFERENCES workflows (id),
+    name            TEXT NOT NULL,
+    status          TEXT NOT NULL CHECK (status IN ('running', 'complete', 'failed', 'retrying')),
+    input           TEXT,
+    output          TEXT,
+    attempts        INTEGER NOT NULL DEFAULT 0,
+    error           TEXT,
+    next_attempt_at REAL,  -- a retrying step does not run before this time
+    started_at      REAL,
+    completed_at    REAL,
     PRIMARY KEY (workflow_id, name)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS escalations (
+    workflow_id TEXT NOT NULL REFERENCES workflows (id),
+    step        TEXT NOT NULL,
+    reason      TEXT NOT NULL,
+    attempts    TEXT NOT NULL,  -- JSON: every attempt's error, oldest first
+    created_at  REAL NOT NULL,
+    PRIMARY KEY (workflow_id, step)
+);
 CREATE TABLE IF NOT EXISTS history (
     workflow_id TEXT NOT NULL,
     seq         INTEGER NOT NULL,  -- 1, 2, 3, ... within the workflow
@@ -56,8 +69,9 @@ CREATE TABLE IF NOT EXISTS history (
     PRIMARY KEY (workflow_id, seq)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS faults (
-    point  TEXT PRIMARY KEY,
-    action TEXT NOT NULL CHECK (action IN ('exit', 'kill', 'fail'))
+    point   TEXT PRIMARY KEY,
+    action  TEXT NOT NULL CHECK (action IN ('exit', 'kill', 'fail', 'delay')),
+    seconds REAL NOT NULL DEFAULT 0  -- how long 'delay' sleeps
 );
 """
 

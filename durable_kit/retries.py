@@ -1,0 +1,155 @@
+"""Floor 3: failure classes and durable retry schedules.
+
+An activity says *how* it failed by raising one of the classes below; a pure
+function, ``decide``, turns the failure, the attempt number and the
+workflow's remaining retry budget into one of four paths. The journal writes
+the path down before anything else happens, so a schedule outlives every
+process: no worker sleeps through a backoff.
+"""
+from __future__ import annotations
+
+import json
+import random
+import sqlite3
+from dataclasses import dataclass
+
+from .store import append_event, immediate, now
+
+
+class Transient(Exception):
+    """Infrastructure failed (timeout, connection reset, 503): retry with backoff."""
+
+
+class RateLimited(Exception):
+    """The provider asked us to slow down: retry after the time it gave."""
+
+    def __init__(self, message: str, retry_after: float):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class InvalidRequest(Exception):
+    """The request itself is wrong: the same request will fail the same way, so never repeat it unchanged."""
+
+
+class FormatFailure(Exception):
+    """The model's answer did not have the required shape."""
+
+
+class AmbiguousEffect(Exception):
+    """A side effect may or may not have happened: find out before trying again."""
+
+
+class PolicyDenied(Exception):
+    """A rule said no. This is an outcome, not an outage: retrying cannot change it."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Bounded exponential backoff: ``base * 2**(attempt-1)``, capped, optionally jittered."""
+
+    max_attempts: int = 3
+    base_delay: float = 1.0
+    max_delay: float = 60.0
+    jitter: bool = False
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
+        delay = min(self.base_delay * 2 ** (attempt - 1), self.max_delay)
+        return random.uniform(delay / 2, delay) if self.jitter else delay
+
+
+@dataclass(frozen=True)
+class Decision:
+    """After a failed attempt: ``retry`` (after ``delay``), ``stop``, ``reconcile``, ``escalate`` or ``fail``."""
+
+    path: str
+    reason: str
+    delay: float = 0.0
+
+
+def decide(error: BaseException, attempt: int, policy: RetryPolicy, budget_left: int) -> Decision:
+    """Choose the path for a failed attempt. Pure: reads nothing, writes nothing."""
+    kind = type(error).__name__
+    if isinstance(error, PolicyDenied):
+        return Decision("stop", f"policy denied: {error}")
+    if isinstance(error, AmbiguousEffect):
+        return Decision("reconcile", f"outcome unknown, ask the destination before retrying: {error}")
+    if isinstance(error, (Transient, RateLimited)):
+        if attempt >= policy.max_attempts:
+            return Decision("escalate", f"{kind} on attempt {attempt} of {policy.max_attempts}: {error}")
+        if budget_left <= 0:
+            return Decision("escalate", f"the workflow's retry budget is spent; last error {kind}: {error}")
+        delay = error.retry_after if isinstance(error, RateLimited) else policy.delay(attempt)
+        return Decision("retry", f"{kind}: {error}", delay)
+    if isinstance(error, InvalidRequest):
+        return Decision("escalate", f"invalid request, not repeated unchanged: {error}")
+    if isinstance(error, FormatFailure):
+        return Decision("escalate", f"the model's answer kept the wrong shape: {error}")
+    return Decision("fail", f"unexpected {kind} (a bug to fix, not a failure class): {error}")
+
+
+def decide_and_record(conn: sqlite3.Connection, workflow_id: str, step: str, error: BaseException,
+                      policy: RetryPolicy) -> Decision:
+    """Read the step's attempts and the workflow's budget, decide, and commit the path: one transaction.
+
+    ``retry`` commits a schedule, ``stop``/``escalate``/``reconcile`` an
+    escalation record and final status; ``fail`` writes nothing here.
+    """
+    with immediate(conn):
+        row = conn.execute(
+            "SELECT s.attempts, w.retry_budget - w.retries_used AS budget_left FROM steps s"
+            " JOIN workflows w ON w.id = s.workflow_id WHERE s.workflow_id = ? AND s.name = ?",
+            (workflow_id, step)).fetchone()
+        decision = decide(error, row["attempts"], policy, row["budget_left"])
+        if decision.path == "retry":
+            _write_schedule(conn, workflow_id, step, decision)
+        elif decision.path != "fail":
+            _write_escalation(conn, workflow_id, step, decision)
+    return decision
+
+
+def schedule_retry(conn: sqlite3.Connection, workflow_id: str, step: str, decision: Decision) -> float:
+    """Commit the step's next attempt time and the workflow's next run time; return that time.
+
+    Both are written in one transaction, and one retry is charged to the
+    workflow's budget. Nothing waits in memory: any worker may run the
+    workflow again once the time has come, and none before.
+    """
+    with immediate(conn):
+        return _write_schedule(conn, workflow_id, step, decision)
+
+
+def escalate(conn: sqlite3.Connection, workflow_id: str, step: str, decision: Decision) -> None:
+    """Commit an escalation record (the step, its reason, every attempt's error) and its final status.
+
+    ``stop`` ends the workflow as *stopped*; ``escalate`` and ``reconcile`` hand
+    it to a person as *escalated*. Either way no worker picks it up again.
+    """
+    with immediate(conn):
+        _write_escalation(conn, workflow_id, step, decision)
+
+
+def _write_schedule(conn: sqlite3.Connection, workflow_id: str, step: str, decision: Decision) -> float:
+    run_at = now() + decision.delay
+    conn.execute("UPDATE steps SET status = 'retrying', next_attempt_at = ? WHERE workflow_id = ? AND name = ?",
+                 (run_at, workflow_id, step))
+    conn.execute("UPDATE workflows SET status = 'pending', next_run_at = ?, retries_used = retries_used + 1,"
+                 " updated_at = ? WHERE id = ?", (run_at, now(), workflow_id))
+    append_event(conn, workflow_id, step, "retry_scheduled", f"in {decision.delay:g} s: {decision.reason}")
+    return run_at
+
+
+def _write_escalation(conn: sqlite3.Connection, workflow_id: str, step: str, decision: Decision) -> None:
+    status = "stopped" if decision.path == "stop" else "escalated"
+    attempts = [
+        {"attempt": number, "error": row["detail"]}
+        for number, row in enumerate(conn.execute(
+            "SELECT detail FROM history WHERE workflow_id = ? AND step = ? AND event = 'step_failed' ORDER BY seq",
+            (workflow_id, step)), start=1)
+    ]
+    conn.execute("INSERT OR REPLACE INTO escalations (workflow_id, step, reason, attempts, created_at)"
+                 " VALUES (?, ?, ?, ?, ?)", (workflow_id, step, decision.reason, json.dumps(attempts), now()))
+    conn.execute("UPDATE workflows SET status = ?, error = ?, updated_at = ? WHERE id = ?",
+                 (status, decision.reason, now(), workflow_id))
+    append_event(conn, workflow_id, step, f"workflow_{status}", decision.reason)

@@ -6,6 +6,7 @@ import importlib.util
 import json
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 
@@ -27,6 +28,61 @@ def cmd_run(args) -> int:
         load_module(args.module)
     output = run_workflow(Journal(args.db), args.workflow)
     print(json.dumps(output))
+    return 0
+
+
+def cmd_start(args) -> int:
+    from .journal import Journal
+
+    workflow_id = Journal(args.db).start("research_report", {"topic": args.topic}, args.id)
+    print(json.dumps({"workflow_id": workflow_id}) if args.json else workflow_id)
+    return 0
+
+
+def cmd_status(args) -> int:
+    from .journal import Journal
+
+    journal = Journal(args.db)
+    wf = journal.workflow(args.workflow)
+    steps = [{key: step[key] for key in ("name", "status", "attempts", "error", "next_attempt_at")}
+             for step in journal.steps(args.workflow)]
+    if args.json:
+        print(json.dumps({"workflow": {k: wf[k] for k in ("id", "kind", "status", "error", "next_run_at",
+                                                          "retries_used", "retry_budget", "output")},
+                          "steps": steps}))
+        return 0
+    print(f"{wf['id']} ({wf['kind']}): {wf['status']}" + (f" - {wf['error']}" if wf["error"] else ""))
+    for step in steps:
+        line = f"  {step['name']:<32} {step['status']:<9} attempts {step['attempts']}"
+        if step["next_attempt_at"]:
+            line += f"  next attempt in {max(0.0, step['next_attempt_at'] - time.time()):.1f} s"
+        if step["error"]:
+            line += f"  last error: {step['error']}"
+        print(line)
+    return 0
+
+
+def cmd_history(args) -> int:
+    from .journal import Journal
+
+    events = [{key: e[key] for key in ("seq", "step", "event", "detail", "pid", "at")}
+              for e in Journal(args.db).history(args.workflow)]
+    if args.json:
+        print(json.dumps(events))
+        return 0
+    for e in events:
+        print(f"{e['seq']:>4}  {e['event']:<18} {e['step'] or '':<32} {e['detail'] or ''}")
+    return 0
+
+
+def cmd_worker(args) -> int:
+    from . import agents  # noqa: F401  (registers the built-in workflows)
+    from .worker import run_worker
+
+    if args.module:
+        load_module(args.module)
+    run_worker(args.db, once=args.once, until_idle=args.until_idle, poll=args.poll,
+               log=lambda message: print(message, flush=True))
     return 0
 
 
@@ -63,7 +119,7 @@ def cmd_arm(args) -> int:
     from .faults import arm
     from .store import connect
 
-    arm(connect(args.db), args.point, args.action)
+    arm(connect(args.db), args.point, args.action, args.seconds)
     print(f"armed {args.point} ({args.action}) in {args.db}")
     return 0
 
@@ -77,6 +133,34 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--workflow", required=True, help="workflow id")
     run.add_argument("--module", help="a Python file that registers more workflows")
     run.set_defaults(handler=cmd_run)
+
+    start = commands.add_parser("start", help="start a research-report workflow; prints its id")
+    start.add_argument("--db", required=True)
+    start.add_argument("--topic", required=True, help='for example "supplier concentration risk"')
+    start.add_argument("--id", help="workflow id (default: a new random one)")
+    start.add_argument("--json", action="store_true")
+    start.set_defaults(handler=cmd_start)
+
+    status = commands.add_parser("status", help="a workflow's status and its steps table")
+    status.add_argument("--db", required=True)
+    status.add_argument("--workflow", required=True)
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(handler=cmd_status)
+
+    history = commands.add_parser("history", help="a workflow's append-only event history")
+    history.add_argument("--db", required=True)
+    history.add_argument("--workflow", required=True)
+    history.add_argument("--json", action="store_true")
+    history.set_defaults(handler=cmd_history)
+
+    worker = commands.add_parser("worker", help="claim due workflows and run them; SIGTERM stops it cleanly")
+    worker.add_argument("--db", required=True)
+    mode = worker.add_mutually_exclusive_group()
+    mode.add_argument("--once", action="store_true", help="one pass over the workflows due now, then stop")
+    mode.add_argument("--until-idle", action="store_true", help="stop when nothing is due")
+    worker.add_argument("--poll", type=float, default=0.2, help="seconds between looks when nothing is due")
+    worker.add_argument("--module", help="a Python file that registers more workflows")
+    worker.set_defaults(handler=cmd_worker)
 
     fragile = commands.add_parser("fragile", help="notebook 00's in-memory agent (saves nothing)")
     fragile.add_argument("--db", required=True, help="database holding armed crash points")
@@ -98,8 +182,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     arm = commands.add_parser("arm", help="arm a crash point for the next process that reaches it")
     arm.add_argument("--db", required=True)
-    arm.add_argument("--point", required=True, help="for example after_activity:plan or after_commit:analyze")
-    arm.add_argument("--action", default="exit", choices=["exit", "kill", "fail"])
+    arm.add_argument("--point", required=True,
+                     help="next_step, after_activity:STEP or after_commit:STEP (for example after_commit:analyze)")
+    arm.add_argument("--action", default="exit", choices=["exit", "kill", "fail", "delay"],
+                     help="exit: os._exit(13); kill: SIGKILL; fail: a transient error; delay: sleep --seconds")
+    arm.add_argument("--seconds", type=float, default=0, help="how long 'delay' sleeps")
     arm.set_defaults(handler=cmd_arm)
     return parser
 

@@ -29,3 +29,20 @@ def run_python(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
 @pytest.fixture
 def db(tmp_path: Path) -> Path:
     return tmp_path / "journal.db"
+
+
+@pytest.fixture
+def kinds(request):
+    """Unique workflow kinds for one test, removed from the registry afterwards."""
+    from durable_kit.journal import WORKFLOWS
+
+    registered = []
+
+    def kind(label: str = "wf") -> str:
+        name = f"{request.module.__name__}.{request.node.name}.{label}"
+        registered.append(name)
+        return name
+
+    yield kind
+    for name in registered:
+        WORKFLOWS.pop(name, None)

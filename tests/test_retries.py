@@ -9,7 +9,7 @@ import pytest
 
 import durable_kit
 from durable_kit import InjectedFailure, Journal, arm, run_workflow
-from durable_kit.journal import FINAL_STATUSES, WORKFLOWS, Ended, Suspended
+from durable_kit.journal import FINAL_STATUSES, Ended, Suspended
 from durable_kit.retries import (AmbiguousEffect, Decision, FormatFailure, InvalidRequest, PolicyDenied,
                                  RateLimited, RetryPolicy, Transient, decide)
 
@@ -36,21 +36,6 @@ class Script:
 @pytest.fixture
 def journal(db):
     return Journal(db)
-
-
-@pytest.fixture
-def kinds(request):
-    """Unique workflow kinds for one test, removed from the registry afterwards."""
-    registered = []
-
-    def kind(label: str = "wf") -> str:
-        name = f"test_retries.{request.node.name}.{label}"
-        registered.append(name)
-        return name
-
-    yield kind
-    for name in registered:
-        WORKFLOWS.pop(name, None)
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ import pytest
 import durable_kit
 import durable_kit.agents  # noqa: F401  (registers research_report for in-process runs)
 from durable_kit import Journal, Ledger, arm, immediate
-from durable_kit.journal import WORKFLOWS
 from durable_kit.retries import PolicyDenied, RateLimited, RetryPolicy, Transient
 from durable_kit.worker import claim, due_workflows, recover_abandoned, run_due, run_worker
 
@@ -79,20 +78,6 @@ def catches_sigterm(pid: int) -> bool:
         return False
     mask = next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:"))
     return bool(int(mask, 16) & (1 << (signal.SIGTERM - 1)))
-
-
-@pytest.fixture
-def kinds(request):
-    registered = []
-
-    def kind(label: str = "wf") -> str:
-        name = f"test_worker.{request.node.name}.{label}"
-        registered.append(name)
-        return name
-
-    yield kind
-    for name in registered:
-        WORKFLOWS.pop(name, None)
 
 
 # --- claim, due_workflows, recover_abandoned: one database, plain functions ---

@@ -109,28 +109,9 @@ def decide_and_record(conn: sqlite3.Connection, workflow_id: str, step: str, err
     return decision
 
 
-def schedule_retry(conn: sqlite3.Connection, workflow_id: str, step: str, decision: Decision) -> float:
-    """Commit the step's next attempt time and the workflow's next run time; return that time.
-
-    Both are written in one transaction, and one retry is charged to the
-    workflow's budget. Nothing waits in memory: any worker may run the
-    workflow again once the time has come, and none before.
-    """
-    with immediate(conn):
-        return _write_schedule(conn, workflow_id, step, decision)
-
-
-def escalate(conn: sqlite3.Connection, workflow_id: str, step: str, decision: Decision) -> None:
-    """Commit an escalation record (the step, its reason, every attempt's error) and its final status.
-
-    ``stop`` ends the workflow as *stopped*; ``escalate`` and ``reconcile`` hand
-    it to a person as *escalated*. Either way no worker picks it up again.
-    """
-    with immediate(conn):
-        _write_escalation(conn, workflow_id, step, decision)
-
-
 def _write_schedule(conn: sqlite3.Connection, workflow_id: str, step: str, decision: Decision) -> float:
+    # The next attempt time, the workflow's next run time and one retry charged to its budget.
+    # Nothing waits in memory: any worker may run the workflow again once the time has come, none before.
     run_at = now() + decision.delay
     conn.execute("UPDATE steps SET status = 'retrying', next_attempt_at = ? WHERE workflow_id = ? AND name = ?",
                  (run_at, workflow_id, step))
@@ -141,6 +122,8 @@ def _write_schedule(conn: sqlite3.Connection, workflow_id: str, step: str, decis
 
 
 def _write_escalation(conn: sqlite3.Connection, workflow_id: str, step: str, decision: Decision) -> None:
+    # ``stop`` ends the workflow as *stopped*; ``escalate`` and ``reconcile`` hand it to a person as
+    # *escalated*, with every attempt's error. Either way no worker picks it up again.
     status = "stopped" if decision.path == "stop" else "escalated"
     attempts = [
         {"attempt": number, "error": row["detail"]}

@@ -34,24 +34,53 @@ def cmd_run(args) -> int:
 def cmd_start(args) -> int:
     from .journal import Journal
 
-    workflow_id = Journal(args.db).start("research_report", {"topic": args.topic}, args.id)
+    workflow_id = Journal(args.db).start(args.kind, {"topic": args.topic}, args.id)
     print(json.dumps({"workflow_id": workflow_id}) if args.json else workflow_id)
+    return 0
+
+
+def cmd_decide(args) -> int:
+    """approve, reject and answer: save a person's decision and make the workflow runnable."""
+    from .journal import Journal, WorkflowError
+    from .waits import answer, approve, reject
+
+    journal = Journal(args.db)
+    try:
+        if args.command == "answer":
+            decision = answer(journal, args.workflow, args.text, args.by)
+        else:
+            decide = approve if args.command == "approve" else reject
+            decision = decide(journal, args.workflow, args.by, args.comment)
+    except WorkflowError as error:
+        print(json.dumps({"error": str(error)}) if args.json else f"error: {error}",
+              file=sys.stdout if args.json else sys.stderr)
+        return 2
+    status = journal.workflow(args.workflow)["status"]
+    if args.json:
+        print(json.dumps({"workflow_id": args.workflow, "decision": decision, "status": status}))
+    else:
+        print(f"{args.workflow}: saved {decision}; status {status}")
     return 0
 
 
 def cmd_status(args) -> int:
     from .journal import Journal
+    from .waits import open_wait
 
     journal = Journal(args.db)
     wf = journal.workflow(args.workflow)
     steps = [{key: step[key] for key in ("name", "status", "attempts", "error", "next_attempt_at")}
              for step in journal.steps(args.workflow)]
+    waiting = open_wait(journal, args.workflow)
+    waiting_for = waiting and {key: waiting[key] for key in ("name", "kind", "request", "wake_at")}
     if args.json:
         print(json.dumps({"workflow": {k: wf[k] for k in ("id", "kind", "status", "error", "next_run_at",
                                                           "retries_used", "retry_budget", "output")},
-                          "steps": steps}))
+                          "waiting_for": waiting_for, "steps": steps}))
         return 0
     print(f"{wf['id']} ({wf['kind']}): {wf['status']}" + (f" - {wf['error']}" if wf["error"] else ""))
+    if waiting_for:
+        print(f"  waiting for {waiting_for['kind']} {waiting_for['name']!r}: {json.dumps(waiting_for['request'])}")
     for step in steps:
         line = f"  {step['name']:<32} {step['status']:<9} attempts {step['attempts']}"
         if step["next_attempt_at"]:
@@ -71,7 +100,7 @@ def cmd_history(args) -> int:
         print(json.dumps(events))
         return 0
     for e in events:
-        print(f"{e['seq']:>4}  {e['event']:<18} {e['step'] or '':<32} {e['detail'] or ''}")
+        print(f"{e['seq']:>4}  {e['event']:<22} {e['step'] or '':<30} {e['detail'] or ''}")
     return 0
 
 
@@ -120,8 +149,25 @@ def cmd_arm(args) -> int:
     from .store import connect
 
     arm(connect(args.db), args.point, args.action, args.seconds)
-    print(f"armed {args.point} ({args.action}) in {args.db}")
+    print(json.dumps({"point": args.point, "action": args.action, "seconds": args.seconds}) if args.json
+          else f"armed {args.point} ({args.action}) in {args.db}")
     return 0
+
+
+# One-shot demo faults by name: (point, action).
+DEMO_FAULTS = {
+    "slow-next-step": ("next_step", "delay"),
+    "fail-next-step": ("next_step", "fail"),
+    "crash-after-notify": ("after_activity:notify", "exit"),
+    "crash-after-reserve": ("after_reserve:notify", "exit"),
+}
+
+
+def cmd_fault(args) -> int:
+    args.point, args.action = DEMO_FAULTS[args.name]
+    if args.name == "slow-next-step" and not args.seconds:
+        sys.exit("slow-next-step needs --seconds N")
+    return cmd_arm(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -134,9 +180,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--module", help="a Python file that registers more workflows")
     run.set_defaults(handler=cmd_run)
 
-    start = commands.add_parser("start", help="start a research-report workflow; prints its id")
+    start = commands.add_parser("start", help="start a research workflow; prints its id")
     start.add_argument("--db", required=True)
     start.add_argument("--topic", required=True, help='for example "supplier concentration risk"')
+    start.add_argument("--kind", default="reviewed_report", choices=["reviewed_report", "research_report"],
+                       help="reviewed_report (default) waits for approval and notifies; research_report does not")
     start.add_argument("--id", help="workflow id (default: a new random one)")
     start.add_argument("--json", action="store_true")
     start.set_defaults(handler=cmd_start)
@@ -152,6 +200,24 @@ def build_parser() -> argparse.ArgumentParser:
     history.add_argument("--workflow", required=True)
     history.add_argument("--json", action="store_true")
     history.set_defaults(handler=cmd_history)
+
+    for name, help_text in [("approve", "approve the recommendation a workflow waits on"),
+                            ("reject", "reject it: the workflow ends as rejected, with no report")]:
+        decide = commands.add_parser(name, help=help_text)
+        decide.add_argument("--db", required=True)
+        decide.add_argument("--workflow", required=True)
+        decide.add_argument("--by", required=True, help="who decides (saved with the decision)")
+        decide.add_argument("--comment", default="", help="why (optional)")
+        decide.add_argument("--json", action="store_true")
+        decide.set_defaults(handler=cmd_decide)
+
+    answer = commands.add_parser("answer", help="answer the clarifying question a workflow waits on")
+    answer.add_argument("--db", required=True)
+    answer.add_argument("--workflow", required=True)
+    answer.add_argument("--text", required=True, help="the answer")
+    answer.add_argument("--by", required=True, help="who answers")
+    answer.add_argument("--json", action="store_true")
+    answer.set_defaults(handler=cmd_decide)
 
     worker = commands.add_parser("worker", help="claim due workflows and run them; SIGTERM stops it cleanly")
     worker.add_argument("--db", required=True)
@@ -187,7 +253,18 @@ def build_parser() -> argparse.ArgumentParser:
     arm.add_argument("--action", default="exit", choices=["exit", "kill", "fail", "delay"],
                      help="exit: os._exit(13); kill: SIGKILL; fail: a transient error; delay: sleep --seconds")
     arm.add_argument("--seconds", type=float, default=0, help="how long 'delay' sleeps")
+    arm.add_argument("--json", action="store_true")
     arm.set_defaults(handler=cmd_arm)
+
+    fault = commands.add_parser("fault", help="arm a one-shot demo fault by name")
+    fault.add_argument("name", choices=sorted(DEMO_FAULTS), help=(
+        "slow-next-step: the next step sleeps --seconds first; fail-next-step: it fails once (transient); "
+        "crash-after-notify: the worker dies after the notification is sent, before the notify step is "
+        "recorded; crash-after-reserve: it dies after reserving the notification key, before sending"))
+    fault.add_argument("--db", required=True)
+    fault.add_argument("--seconds", type=float, default=0, help="for slow-next-step")
+    fault.add_argument("--json", action="store_true")
+    fault.set_defaults(handler=cmd_fault)
     return parser
 
 

@@ -169,12 +169,7 @@ class Workflow:
         try after ``InvalidRequest`` or ``FormatFailure``, with the validation
         message; ``fallback()`` answers a ``FormatFailure`` that repair did not fix.
         """
-        if name in self._names_seen:
-            raise WorkflowError(
-                f"workflow {self.id!r}: step {name!r} was already executed in this run. Step names identify "
-                "steps for good: give each call its own name (for example f'research:{subtopic}')."
-            )
-        self._names_seen.add(name)
+        self._claim_name(name)
         if name in self._outputs:
             self._reused.append(name)
             return json.loads(self._outputs[name])
@@ -197,6 +192,45 @@ class Workflow:
                     run, fallback = fallback, None
                     continue
                 self._decide_after_failure(name, error, retry)
+
+    def _claim_name(self, name: str) -> None:
+        if name in self._names_seen:
+            raise WorkflowError(
+                f"workflow {self.id!r}: step {name!r} was already executed in this run. Step and wait names "
+                "identify them for good: give each call its own name (for example f'research:{subtopic}')."
+            )
+        self._names_seen.add(name)
+
+    def wait_for_approval(self, name: str, request: Any) -> dict:
+        """Stop until a person approves or rejects ``request``; return the decision.
+
+        The decision is ``{"approved": bool, "by": str, "comment": str}``, saved
+        by ``waits.approve`` or ``waits.reject`` (the command line and the
+        approval panel call them). No worker is held while the workflow waits.
+        """
+        from .waits import wait_for
+        return wait_for(self, name, "approval", request)
+
+    def ask(self, name: str, question: str) -> str:
+        """Stop until a person answers ``question`` (``waits.answer``); return the answer."""
+        from .waits import wait_for
+        return wait_for(self, name, "clarification", {"question": question})["answer"]
+
+    def sleep(self, name: str, seconds: float) -> None:
+        """A durable timer: continue ``seconds`` after this line was first reached, in whatever process."""
+        from .waits import wait_for
+        wait_for(self, name, "timer", {"seconds": seconds}, seconds)
+
+    def end(self, status: str, reason: str) -> None:
+        """End the workflow here with a final ``status`` (``rejected`` or ``stopped``) and its reason."""
+        if status not in ("rejected", "stopped"):
+            raise ValueError(f"end() takes 'rejected' or 'stopped', not {status!r}")
+        with immediate(self.conn):
+            self._write_reused()
+            self.conn.execute("UPDATE workflows SET status = ?, error = ?, updated_at = ? WHERE id = ?",
+                              (status, reason, now(), self.id))
+            self.journal._event(self.id, None, f"workflow_{status}", reason)
+        raise Ended(f"workflow {self.id!r}: {status}: {reason}")
 
     def _decide_after_failure(self, name: str, error: Exception, retry: RetryPolicy) -> None:
         decision = decide_and_record(self.conn, self.id, name, error, retry)
@@ -309,15 +343,15 @@ class Workflow:
             self.journal._event(self.id, None, "workflow_failed", f"{type(error).__name__}: {error}")
 
 
-FINAL_STATUSES = ("complete", "escalated", "stopped")
+FINAL_STATUSES = ("complete", "escalated", "stopped", "rejected")
 
 
 def run_workflow(journal: Journal, workflow_id: str) -> Any:
     """Replay the workflow from its first line as far as it can go; return its output, or None.
 
     A workflow in a final status returns its stored output without running.
-    A replay that stops at a retry schedule, an escalation or a stop returns
-    None: the database says why. An exception from the workflow marks it
+    A replay that stops at a retry schedule, a wait, an escalation or an end
+    returns None: the database says why. An exception from the workflow marks it
     ``failed`` and is raised again; a later replay resumes it.
     """
     wf = journal.open(workflow_id)

@@ -8,10 +8,9 @@ that is how repeated work is counted against stored artifacts.
 from __future__ import annotations
 
 import os
-import sqlite3
 from pathlib import Path
 
-from .store import now
+from .store import beside, connect_outside, now
 
 LEDGER_SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (
@@ -29,8 +28,7 @@ CREATE TABLE IF NOT EXISTS calls (
 
 def ledger_path(db_path: str | Path) -> Path:
     """Where the ledger of a journal database lives: ``x.db`` -> ``x.calls.db``."""
-    db_path = Path(db_path)
-    return db_path.with_name(db_path.stem + ".calls.db")
+    return beside(db_path, "calls")
 
 
 class Ledger:
@@ -38,11 +36,7 @@ class Ledger:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self.conn = sqlite3.connect(str(self.path), isolation_level=None, timeout=5)
-        self.conn.row_factory = sqlite3.Row
-        self.conn.execute("PRAGMA journal_mode = WAL")
-        self.conn.execute("PRAGMA synchronous = FULL")
-        self.conn.execute(LEDGER_SCHEMA)
+        self.conn = connect_outside(self.path, LEDGER_SCHEMA)
 
     @classmethod
     def beside(cls, db_path: str | Path) -> "Ledger":

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 SYNCHRONOUS_LEVELS = ("OFF", "NORMAL", "FULL", "EXTRA")
 
 SCHEMA = """
@@ -28,10 +28,10 @@ CREATE TABLE IF NOT EXISTS workflows (
     kind         TEXT NOT NULL,
     input        TEXT NOT NULL,
     status       TEXT NOT NULL CHECK (status IN
-                     ('pending', 'running', 'complete', 'failed', 'escalated', 'stopped')),
+                     ('pending', 'running', 'waiting', 'complete', 'failed', 'escalated', 'stopped', 'rejected')),
     output       TEXT,
     error        TEXT,
-    next_run_at  REAL NOT NULL DEFAULT 0,  -- a pending workflow may run from this time on
+    next_run_at  REAL DEFAULT 0,  -- may run from this time on (NULL: waits for a person)
     retry_budget INTEGER NOT NULL DEFAULT 10,  -- retries allowed across all its steps
     retries_used INTEGER NOT NULL DEFAULT 0,
     created_at   REAL NOT NULL,
@@ -57,6 +57,23 @@ CREATE TABLE IF NOT EXISTS escalations (
     attempts    TEXT NOT NULL,  -- JSON: every attempt's error, oldest first
     created_at  REAL NOT NULL,
     PRIMARY KEY (workflow_id, step)
+);
+CREATE TABLE IF NOT EXISTS waits (
+    workflow_id TEXT NOT NULL REFERENCES workflows (id),
+    name        TEXT NOT NULL,
+    kind        TEXT NOT NULL CHECK (kind IN ('approval', 'clarification', 'timer')),
+    request     TEXT,  -- JSON: what a person is shown (a recommendation and its evidence, a question)
+    status      TEXT NOT NULL CHECK (status IN ('waiting', 'resolved')),
+    decision    TEXT,  -- JSON: the approval, rejection or answer, saved before the workflow may run on
+    wake_at     REAL,  -- a timer's end, computed once when the workflow first reached it
+    created_at  REAL NOT NULL,
+    resolved_at REAL,
+    PRIMARY KEY (workflow_id, name)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS reservations (
+    key         TEXT PRIMARY KEY,  -- from the workflow and the logical action, never the attempt
+    workflow_id TEXT NOT NULL REFERENCES workflows (id),
+    reserved_at REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS history (
     workflow_id TEXT NOT NULL,
@@ -117,6 +134,26 @@ def _ensure_schema(conn: sqlite3.Connection, path: str | Path) -> None:
                 f"{path} has schema version {row['version']}, this durable_kit expects {SCHEMA_VERSION}: "
                 "use a new database file, or the durable_kit version that wrote it."
             )
+
+
+def beside(db_path: str | Path, name: str) -> Path:
+    """A file next to the journal for one part of the outside world: ``x.db`` -> ``x.<name>.db``."""
+    db_path = Path(db_path)
+    return db_path.with_name(f"{db_path.stem}.{name}.db")
+
+
+def connect_outside(path: str | Path, schema: str) -> sqlite3.Connection:
+    """A database that stands for the outside world (a provider's bill, a mail server), not the journal.
+
+    Each statement commits on its own, durably (WAL, ``synchronous=FULL``), and
+    never inside a journal transaction: what it received stays received.
+    """
+    conn = sqlite3.connect(str(path), isolation_level=None, timeout=5)
+    conn.row_factory = sqlite3.Row
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = FULL")
+    conn.execute(schema)
+    return conn
 
 
 @contextmanager

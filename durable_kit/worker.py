@@ -30,23 +30,28 @@ def recover_abandoned(journal: Journal) -> list[str]:
 
 
 def due_workflows(journal: Journal) -> list[str]:
-    """Ids of pending workflows whose time has come and whose kind this process can run, soonest first.
+    """Ids of workflows whose time has come and whose kind this process can run, soonest first.
+
+    Due means *pending* (new, resumed by a decision, or at a retry time) or
+    *waiting* on a timer that has ended. A workflow waiting for a person has
+    no run time (NULL), so it is never due: no worker is held for it.
 
     A workflow of a kind no imported module registered is left pending for a
     worker that knows it.
     """
     rows = journal.conn.execute(
-        "SELECT id, kind FROM workflows WHERE status = 'pending' AND next_run_at <= ? ORDER BY next_run_at, id",
+        "SELECT id, kind FROM workflows WHERE status IN ('pending', 'waiting') AND next_run_at <= ?"
+        " ORDER BY next_run_at, id",
         (now(),))
     return [r["id"] for r in rows if r["kind"] in WORKFLOWS]
 
 
 def claim(journal: Journal, workflow_id: str) -> bool:
-    """Atomically move one due pending workflow to *running*; False if it is no longer due."""
+    """Atomically move one due workflow to *running*; False if it is no longer due."""
     with immediate(journal.conn):
         claimed = journal.conn.execute(
             "UPDATE workflows SET status = 'running', updated_at = ? "
-            "WHERE id = ? AND status = 'pending' AND next_run_at <= ?", (now(), workflow_id, now())).rowcount
+            "WHERE id = ? AND status IN ('pending', 'waiting') AND next_run_at <= ?", (now(), workflow_id, now())).rowcount
     return bool(claimed)
 
 

@@ -216,14 +216,14 @@ def test_run_worker_until_idle_leaves_final_and_future_workflows_alone(db, kinds
 
 def test_start_status_and_history_as_json(tmp_path):
     db = tmp_path / "wf.db"
-    assert cli("start", "--db", str(db), "--topic", TOPIC, "--id", "r1").stdout.strip() == "r1"
-    assert json.loads(cli("start", "--db", str(db), "--topic", TOPIC, "--id", "r1", "--json").stdout) == {
+    assert cli("start", "--db", str(db), "--kind", "research_report", "--topic", TOPIC, "--id", "r1").stdout.strip() == "r1"
+    assert json.loads(cli("start", "--db", str(db), "--kind", "research_report", "--topic", TOPIC, "--id", "r1", "--json").stdout) == {
         "workflow_id": "r1"}
     fresh = cli("start", "--db", str(tmp_path / "other.db"), "--topic", TOPIC).stdout.strip()
     assert fresh != "r1" and len(fresh) == 12
 
     status = json.loads(cli("status", "--db", str(db), "--workflow", "r1", "--json").stdout)
-    assert set(status) == {"workflow", "steps"}
+    assert set(status) == {"workflow", "waiting_for", "steps"}
     assert status["steps"] == []
     assert status["workflow"]["id"] == "r1" and status["workflow"]["status"] == "pending"
     assert status["workflow"]["kind"] == "research_report"
@@ -254,7 +254,7 @@ def test_start_status_and_history_as_json(tmp_path):
 def test_worker_once_runs_each_due_workflow_once(tmp_path):
     db = tmp_path / "wf.db"
     for workflow_id in ("r1", "r2"):
-        cli("start", "--db", str(db), "--topic", TOPIC, "--id", workflow_id)
+        cli("start", "--db", str(db), "--kind", "research_report", "--topic", TOPIC, "--id", workflow_id)
     cli("arm", "--db", str(db), "--point", "next_step", "--action", "fail")
     done = cli("worker", "--db", str(db), "--once")
     assert done.stdout.splitlines() == ["r1: pending", "r2: complete", "worker stopped"]
@@ -269,7 +269,7 @@ def test_worker_once_runs_each_due_workflow_once(tmp_path):
 
 def test_a_scheduled_retry_survives_worker_restarts(tmp_path):
     db = tmp_path / "wf.db"
-    cli("start", "--db", str(db), "--topic", TOPIC, "--id", "r1")
+    cli("start", "--db", str(db), "--kind", "research_report", "--topic", TOPIC, "--id", "r1")
     armed = cli("arm", "--db", str(db), "--point", "next_step", "--action", "fail")
     assert "armed next_step (fail)" in armed.stdout
 

@@ -4,3 +4,4 @@ Importing this package registers their workflows, so a child process can run
 them by name.
 """
 from . import research  # noqa: F401  (registers the research_report workflow)
+from . import failures  # noqa: F401  (registers the failure_demo workflow)

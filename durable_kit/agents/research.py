@@ -1,10 +1,18 @@
 """The research-report agent on the step journal: every model call is a step.
 
-plan -> research each subtopic the plan names -> analyze -> recommend -> report
+``research_report`` (notebook 02): plan -> research each subtopic -> analyze -> recommend -> report.
+
+``reviewed_report`` (notebook 04), the same agent with people in the loop:
+plan (asking a clarifying question if the topic is too broad) -> research ->
+analyze -> recommend -> **wait for approval** -> report -> notify, the
+notification sent at most once under a key reserved before sending.
+A rejection ends the workflow as *rejected*: no report, no notification.
 """
 from __future__ import annotations
 
+from ..effects import send_at_most_once
 from ..fakes.llm import FakeLLM
+from ..fakes.notifier import Notifier
 from ..journal import Workflow, workflow
 from ..ledger import Ledger
 from ..retries import RetryPolicy
@@ -12,13 +20,12 @@ from ..retries import RetryPolicy
 MODEL_RETRY = RetryPolicy(max_attempts=3, base_delay=1.0, max_delay=30.0)
 
 
-@workflow("research_report")
-def research_report(wf: Workflow) -> dict:
-    """Replayable from the first line: only ``execute_step`` touches the model."""
-    topic = wf.input["topic"]
-    llm = FakeLLM(Ledger.beside(wf.db_path), wf.id)
-
+def research_and_recommend(wf: Workflow, llm: FakeLLM, topic: str) -> tuple[str, list[dict], dict, dict]:
+    """The steps both agents share; returns the topic researched, the findings, the analysis, the recommendation."""
     plan = wf.execute_step("plan", lambda: llm.plan(topic), {"topic": topic}, retry=MODEL_RETRY)
+    if plan.get("question"):  # too broad to plan: a person narrows it
+        topic = wf.ask("clarify", plan["question"])
+        plan = wf.execute_step("plan:clarified", lambda: llm.plan(topic), {"topic": topic}, retry=MODEL_RETRY)
     findings = [
         wf.execute_step(f"research:{subtopic}", lambda s=subtopic: llm.research(topic, s), {"subtopic": subtopic},
                         retry=MODEL_RETRY)
@@ -26,5 +33,37 @@ def research_report(wf: Workflow) -> dict:
     ]
     analysis = wf.execute_step("analyze", lambda: llm.analyze(topic, findings), retry=MODEL_RETRY)
     recommendation = wf.execute_step("recommend", lambda: llm.recommend(topic, analysis), retry=MODEL_RETRY)
+    return topic, findings, analysis, recommendation
+
+
+@workflow("research_report")
+def research_report(wf: Workflow) -> dict:
+    """Replayable from the first line: only ``execute_step`` touches the model."""
+    llm = FakeLLM(Ledger.beside(wf.db_path), wf.id)
+    topic, _, analysis, recommendation = research_and_recommend(wf, llm, wf.input["topic"])
     report = wf.execute_step("report", lambda: llm.report(topic, analysis, recommendation), retry=MODEL_RETRY)
     return {"title": report["title"], "recommendation": recommendation["recommendation"]}
+
+
+@workflow("reviewed_report")
+def reviewed_report(wf: Workflow) -> dict:
+    """The research agent with an approval before the report and a notification after it."""
+    llm = FakeLLM(Ledger.beside(wf.db_path), wf.id)
+    topic, findings, analysis, recommendation = research_and_recommend(wf, llm, wf.input["topic"])
+
+    decision = wf.wait_for_approval("approval", {"recommendation": recommendation["recommendation"],
+                                                 "confidence": recommendation["confidence"],
+                                                 "evidence": findings})
+    if not decision["approved"]:
+        wf.end("rejected", f"rejected by {decision['by']}" + (f": {decision['comment']}" if decision["comment"] else ""))
+
+    report = wf.execute_step("report", lambda: llm.report(topic, analysis, recommendation), retry=MODEL_RETRY)
+    recipient = wf.input.get("notify", "research-team@example.com")
+    notifier = Notifier.beside(wf.db_path)
+    notification = wf.execute_step(
+        "notify", lambda: send_at_most_once(
+            wf.conn, wf.id, "notify",
+            lambda key: notifier.send(recipient, f"{report['title']} is ready (approved by {decision['by']})", key)))
+    return {"title": report["title"], "recommendation": recommendation["recommendation"],
+            "approved_by": decision["by"],
+            "notification": "sent" if notification["sent"] else "not sent again: the key was reserved earlier"}

@@ -49,8 +49,11 @@ class FakeLLM:
                 "recommendation": f"Study {topic} further before deciding."}
 
     def plan(self, topic: str) -> dict:
-        """A research plan: the subtopics to research."""
-        return self._call("plan", {"topic": topic}, {"subtopics": list(self._topic(topic)["subtopics"])})
+        """A research plan: the subtopics to research, or a question when the topic is too broad to plan."""
+        known = self._topic(topic)
+        if known.get("question"):
+            return self._call("plan", {"topic": topic}, {"subtopics": [], "question": known["question"]})
+        return self._call("plan", {"topic": topic}, {"subtopics": list(known["subtopics"])})
 
     def research(self, topic: str, subtopic: str) -> dict:
         """Findings for one subtopic."""

@@ -1,0 +1,160 @@
+"""Floor 5: waiting for people and for time, with no worker held.
+
+A wait is a row. When a replay reaches ``wait_for``, the row says what the
+workflow waits for (an approval, an answer, a time), the workflow's status
+becomes *waiting*, and the replay stops: no process sleeps until a person
+answers, for minutes or for days.
+
+A decision (``approve``, ``reject``, ``answer``) is saved in the same
+transaction that makes the workflow runnable again, so a worker can never run
+it without the decision. The next replay finds the decision and goes on.
+Decisions are final: the same decision again returns the first one; a
+different one is refused.
+
+A timer uses the same row: its end is computed once, when the workflow first
+reaches it, and stored, so every replay agrees on it.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .journal import Suspended, WorkflowError
+from .store import append_event, from_json, immediate, now, to_json
+
+if TYPE_CHECKING:
+    from .journal import Journal, Workflow
+
+KINDS = ("approval", "clarification", "timer")
+
+
+class NotWaiting(WorkflowError):
+    """The workflow is not waiting for this kind of decision; nothing was changed."""
+
+
+class DecisionConflict(WorkflowError):
+    """A different decision was already saved; decisions are final and nothing was changed."""
+
+
+def wait_for(wf: "Workflow", name: str, kind: str, request: Any = None, seconds: float | None = None) -> Any:
+    """Return the saved decision of wait ``name``, or save the wait and stop this replay.
+
+    Called by ``Workflow.wait_for_approval``, ``Workflow.ask`` and
+    ``Workflow.sleep``. For an approval or a clarification the workflow
+    becomes *waiting* with no run time: only a decision makes it runnable.
+    For a timer it becomes *waiting* until ``now + seconds``, fixed the first time.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"a wait's kind is one of {KINDS}, not {kind!r}")
+    wf._claim_name(name)
+    conn = wf.conn
+    row = conn.execute("SELECT * FROM waits WHERE workflow_id = ? AND name = ?", (wf.id, name)).fetchone()
+    if row is not None and row["kind"] != kind:
+        raise WorkflowError(
+            f"workflow {wf.id!r}: wait {name!r} was saved as a {row['kind']} wait, not a {kind} wait. "
+            "Wait names identify waits for good: give this one its own name.")
+    if row is not None and row["status"] == "resolved":
+        return from_json(row["decision"])
+
+    if row is None:
+        request_json = to_json(request, wf.id, name, f"{kind} request")
+        wake_at = now() + seconds if kind == "timer" else None
+    else:
+        wake_at = row["wake_at"]
+    if kind == "timer" and row is not None and wake_at <= now():
+        with immediate(conn):
+            wf._write_reused()
+            conn.execute("UPDATE waits SET status = 'resolved', decision = 'null', resolved_at = ?"
+                         " WHERE workflow_id = ? AND name = ?", (now(), wf.id, name))
+            append_event(conn, wf.id, name, "timer_fired")
+        return None
+
+    with immediate(conn):
+        wf._write_reused()
+        if row is None:
+            conn.execute("INSERT INTO waits (workflow_id, name, kind, request, status, wake_at, created_at)"
+                         " VALUES (?, ?, ?, ?, 'waiting', ?, ?)", (wf.id, name, kind, request_json, wake_at, now()))
+            detail = f"for {seconds:g} s" if kind == "timer" else None
+            append_event(conn, wf.id, name, f"waiting_for_{kind}", detail)
+        conn.execute("UPDATE workflows SET status = 'waiting', next_run_at = ?, updated_at = ? WHERE id = ?",
+                     (wake_at, now(), wf.id))
+    raise Suspended(f"workflow {wf.id!r} waits for {kind} {name!r}")
+
+
+def approve(journal: "Journal", workflow_id: str, by: str, comment: str = "") -> dict:
+    """Save an approval of the workflow's open approval wait and make it runnable; return the decision."""
+    return _decide(journal, workflow_id, "approval", {"approved": True, "by": by, "comment": comment}, "approved")
+
+
+def reject(journal: "Journal", workflow_id: str, by: str, comment: str = "") -> dict:
+    """Save a rejection of the workflow's open approval wait and make it runnable; return the decision."""
+    return _decide(journal, workflow_id, "approval", {"approved": False, "by": by, "comment": comment}, "approved")
+
+
+def answer(journal: "Journal", workflow_id: str, text: str, by: str) -> dict:
+    """Save the answer to the workflow's open question and make it runnable; return the decision."""
+    if not text.strip():
+        raise WorkflowError(f"workflow {workflow_id!r}: the answer is empty; write the answer, then submit.")
+    return _decide(journal, workflow_id, "clarification", {"answer": text, "by": by}, "answer")
+
+
+def _decide(journal: "Journal", workflow_id: str, kind: str, decision: dict, deciding_field: str) -> dict:
+    # Read-then-write in one BEGIN IMMEDIATE: two people deciding at once cannot both win.
+    if not decision["by"].strip():
+        raise WorkflowError(f"workflow {workflow_id!r}: say who decides (--by NAME); nothing was changed.")
+    conn = journal.conn
+    with immediate(conn):
+        workflow = conn.execute("SELECT status FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
+        if workflow is None:
+            raise WorkflowError(f"no workflow {workflow_id!r} in {journal.path.name}; check the id.")
+        open_wait = conn.execute(
+            "SELECT name FROM waits WHERE workflow_id = ? AND kind = ? AND status = 'waiting'",
+            (workflow_id, kind)).fetchone()
+        if open_wait is None:
+            return _earlier_decision(conn, workflow_id, kind, decision, deciding_field, workflow["status"])
+        decision_json = to_json(decision, workflow_id, open_wait["name"], f"{kind} decision")
+        conn.execute("UPDATE waits SET status = 'resolved', decision = ?, resolved_at = ?"
+                     " WHERE workflow_id = ? AND name = ?", (decision_json, now(), workflow_id, open_wait["name"]))
+        conn.execute("UPDATE workflows SET status = 'pending', next_run_at = ?, updated_at = ? WHERE id = ?",
+                     (now(), now(), workflow_id))
+        append_event(conn, workflow_id, open_wait["name"], _event_name(decision), _describe(decision))
+    return from_json(decision_json)
+
+
+def _earlier_decision(conn, workflow_id: str, kind: str, decision: dict, deciding_field: str, status: str) -> dict:
+    row = conn.execute(
+        "SELECT name, decision FROM waits WHERE workflow_id = ? AND kind = ? AND status = 'resolved'"
+        " ORDER BY resolved_at DESC LIMIT 1", (workflow_id, kind)).fetchone()
+    if row is None:
+        raise NotWaiting(
+            f"workflow {workflow_id!r} is not waiting for {kind} (its status is {status!r}); nothing was changed. "
+            f"Run `status` to see what it waits for, or try again once it reaches the {kind} wait.")
+    first = from_json(row["decision"])
+    if first[deciding_field] != decision[deciding_field]:
+        raise DecisionConflict(
+            f"workflow {workflow_id!r}, wait {row['name']!r}: {_describe(first)} was already saved and is final; "
+            "nothing was changed. Start a new workflow to decide differently.")
+    return first
+
+
+def _event_name(decision: dict) -> str:
+    if "answer" in decision:
+        return "answered"
+    return "approved" if decision["approved"] else "rejected"
+
+
+def _describe(decision: dict) -> str:
+    said = f": {decision['comment']}" if decision.get("comment") else ""
+    if "answer" in decision:
+        return f"answered by {decision['by']}: {decision['answer']}"
+    return f"{_event_name(decision)} by {decision['by']}{said}"
+
+
+def waits(journal: "Journal", workflow_id: str) -> list[dict]:
+    """The workflow's waits, oldest first, request and decision decoded."""
+    rows = journal.conn.execute("SELECT * FROM waits WHERE workflow_id = ? ORDER BY created_at, name", (workflow_id,))
+    return [{**dict(r), "request": from_json(r["request"]), "decision": from_json(r["decision"])} for r in rows]
+
+
+def open_wait(journal: "Journal", workflow_id: str) -> dict | None:
+    """What the workflow waits for now (its open wait), or None."""
+    return next((w for w in waits(journal, workflow_id) if w["status"] == "waiting"), None)

@@ -21,6 +21,7 @@ import json
 import os
 import uuid
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
@@ -142,13 +143,16 @@ class Workflow:
         self.id, self.kind, self.input, self.status = row["id"], row["kind"], row["input"], row["status"]
         self.db_path = journal.path
         # One read per replay: every later lookup is a dictionary access.
-        self._outputs, self._not_before = {}, {}
-        for r in self.conn.execute(
-                "SELECT name, status, output, next_attempt_at FROM steps WHERE workflow_id = ?", (self.id,)):
+        self._outputs, self._not_before, self._repairs = {}, {}, {}
+        for r in self.conn.execute("SELECT name, status, output, next_attempt_at, repair_message FROM steps"
+                                   " WHERE workflow_id = ?", (self.id,)):
             if r["status"] == "complete":
                 self._outputs[r["name"]] = r["output"]
-            elif r["status"] == "retrying":
+                continue
+            if r["status"] == "retrying":
                 self._not_before[r["name"]] = r["next_attempt_at"]
+            if r["repair_message"] is not None:
+                self._repairs[r["name"]] = r["repair_message"]
         self._names_seen: set[str] = set()
         self._reused: list[str] = []
 
@@ -168,6 +172,8 @@ class Workflow:
         durable retry schedule, escalation or stop. ``repair(message)`` gets one
         try after ``InvalidRequest`` or ``FormatFailure``, with the validation
         message; ``fallback()`` answers a ``FormatFailure`` that repair did not fix.
+        The message is stored with the attempt, so a retry after a transient
+        failure of the repair repeats the repair, not the request that was wrong.
         """
         self._claim_name(name)
         if name in self._outputs:
@@ -178,15 +184,18 @@ class Workflow:
             self._suspend_until(not_before, f"step {name!r} is not due yet")
 
         input_json = to_json(step_input, self.id, name, "step input")
-        run, repaired = activity, False
+        run, repair_message = activity, self._repairs.get(name) if repair else None
+        if repair_message is not None:  # an earlier replay chose repair: never resend the bad request
+            run = partial(repair, repair_message)
         while True:
             try:
-                return self._attempt(name, run, input_json)
+                return self._attempt(name, run, input_json, repair_message)
             except Exception as error:
                 if retry is None:
                     raise
-                if isinstance(error, (InvalidRequest, FormatFailure)) and repair and not repaired:
-                    run, repaired = (lambda message=str(error): repair(message)), True
+                if isinstance(error, (InvalidRequest, FormatFailure)) and repair and repair_message is None:
+                    repair_message = str(error)
+                    run = partial(repair, repair_message)
                     continue
                 if isinstance(error, FormatFailure) and fallback:
                     run, fallback = fallback, None
@@ -248,17 +257,19 @@ class Workflow:
             self.journal._event(self.id, None, "replay_suspended", why)
         raise Suspended(f"workflow {self.id!r}: {why}")
 
-    def _attempt(self, name: str, activity: Callable[[], Any], input_json: str) -> Any:
+    def _attempt(self, name: str, activity: Callable[[], Any], input_json: str,
+                 repair_message: str | None = None) -> Any:
         """One attempt: commit a running marker, run the activity, commit its output."""
         with self.journal.marker_transaction():
             self._write_reused()
             attempt = self.conn.execute(
-                "INSERT INTO steps (workflow_id, name, status, input, attempts, started_at)"
-                " VALUES (?, ?, 'running', ?, 1, ?)"
+                "INSERT INTO steps (workflow_id, name, status, input, attempts, repair_message, started_at)"
+                " VALUES (?, ?, 'running', ?, 1, ?, ?)"
                 " ON CONFLICT (workflow_id, name) DO UPDATE SET status = 'running', input = excluded.input,"
-                "   attempts = attempts + 1, error = NULL, next_attempt_at = NULL WHERE status != 'complete'"
+                "   attempts = attempts + 1, error = NULL, next_attempt_at = NULL,"
+                "   repair_message = excluded.repair_message WHERE status != 'complete'"
                 " RETURNING attempts",
-                (self.id, name, input_json, now()),
+                (self.id, name, input_json, repair_message, now()),
             ).fetchone()
             if attempt is None:  # another process completed it since this replay began
                 return self._adopt_recorded_output(name)

@@ -46,6 +46,7 @@ CREATE TABLE IF NOT EXISTS steps (
     attempts        INTEGER NOT NULL DEFAULT 0,
     error           TEXT,
     next_attempt_at REAL,  -- a retrying step does not run before this time
+    repair_message  TEXT,  -- the validation message a repair answers (a retry repeats the repair, not the request)
     started_at      REAL,
     completed_at    REAL,
     PRIMARY KEY (workflow_id, name)

@@ -392,6 +392,20 @@ def test_a_failed_repair_of_an_invalid_request_escalates(journal, one_step):
         "InvalidRequest: reference 12 was not returned by retrieval", "InvalidRequest: reference 12 is still cited"]
 
 
+def test_a_retry_after_a_transient_failure_of_the_repair_repeats_the_repair_not_the_request(journal, one_step, db):
+    activity = Script(InvalidRequest("reference 12 was not returned by retrieval"))
+    repair = Script(Transient("503 during repair"), {"references": [3, 7]})
+    wid = one_step(activity, retry=FAST, repair=repair)
+    assert run_workflow(journal, wid) is None
+    assert step(journal, wid)["repair_message"] == "reference 12 was not returned by retrieval"
+    make_due(journal, wid)
+
+    assert run_workflow(Journal(db), wid) == {"result": {"references": [3, 7]}}  # a new replay, as after a restart
+    assert activity.calls == 1
+    assert repair.args == [("reference 12 was not returned by retrieval",)] * 2
+    assert (step(journal, wid)["attempts"], journal.workflow(wid)["retries_used"]) == (3, 1)
+
+
 def test_format_failure_twice_repairs_once_then_falls_back(journal, one_step):
     activity = Script(FormatFailure("expected JSON, got prose"))
     repair = Script(FormatFailure("still prose"))

@@ -51,7 +51,8 @@ def claim(journal: Journal, workflow_id: str) -> bool:
     with immediate(journal.conn):
         claimed = journal.conn.execute(
             "UPDATE workflows SET status = 'running', updated_at = ? "
-            "WHERE id = ? AND status IN ('pending', 'waiting') AND next_run_at <= ?", (now(), workflow_id, now())).rowcount
+            "WHERE id = ? AND status IN ('pending', 'waiting') AND next_run_at <= ?",
+            (now(), workflow_id, now())).rowcount
     return bool(claimed)
 
 

@@ -55,7 +55,8 @@ def reviewed_report(wf: Workflow) -> dict:
                                                  "confidence": recommendation["confidence"],
                                                  "evidence": findings})
     if not decision["approved"]:
-        wf.end("rejected", f"rejected by {decision['by']}" + (f": {decision['comment']}" if decision["comment"] else ""))
+        because = f": {decision['comment']}" if decision["comment"] else ""
+        wf.end("rejected", f"rejected by {decision['by']}{because}")
 
     report = wf.execute_step("report", lambda: llm.report(topic, analysis, recommendation), retry=MODEL_RETRY)
     recipient = wf.input.get("notify", "research-team@example.com")

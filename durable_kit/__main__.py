@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import sys
 import tempfile
 import time
@@ -80,7 +81,10 @@ def cmd_status(args) -> int:
         return 0
     print(f"{wf['id']} ({wf['kind']}): {wf['status']}" + (f" - {wf['error']}" if wf["error"] else ""))
     if waiting_for:
-        print(f"  waiting for {waiting_for['kind']} {waiting_for['name']!r}: {json.dumps(waiting_for['request'])}")
+        print(f"  waiting for {waiting_for['kind']} {waiting_for['name']!r}")
+        for key, value in (waiting_for["request"] or {}).items():
+            text = value if isinstance(value, str) else json.dumps(value)
+            print(f"    {key}: {text if len(text) <= 100 else text[:97] + '...'}")
     for step in steps:
         line = f"  {step['name']:<32} {step['status']:<9} attempts {step['attempts']}"
         if step["next_attempt_at"]:
@@ -270,7 +274,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.handler(args)
+    try:
+        return args.handler(args)
+    except BrokenPipeError:  # the reader left early (for example `| head`): not an error worth a traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

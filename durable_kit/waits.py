@@ -47,37 +47,40 @@ def wait_for(wf: "Workflow", name: str, kind: str, request: Any = None, seconds:
         raise ValueError(f"a wait's kind is one of {KINDS}, not {kind!r}")
     wf._claim_name(name)
     conn = wf.conn
-    row = conn.execute("SELECT * FROM waits WHERE workflow_id = ? AND name = ?", (wf.id, name)).fetchone()
+    select = "SELECT * FROM waits WHERE workflow_id = ? AND name = ?"
+    row = _check_kind(wf, name, kind, conn.execute(select, (wf.id, name)).fetchone())
+    if row is not None and row["status"] == "resolved":  # a decision never changes: no lock needed
+        return from_json(row["decision"])
+    request_json = to_json(request, wf.id, name, f"{kind} request")
+
+    with immediate(conn):
+        row = conn.execute(select, (wf.id, name)).fetchone()  # again, under the lock: a decision may have landed
+        if row is not None and row["status"] == "resolved":
+            return from_json(row["decision"])
+        wf._write_reused()
+        if row is None:
+            wake_at = now() + seconds if kind == "timer" else None
+            conn.execute("INSERT INTO waits (workflow_id, name, kind, request, status, wake_at, created_at)"
+                         " VALUES (?, ?, ?, ?, 'waiting', ?, ?)", (wf.id, name, kind, request_json, wake_at, now()))
+            append_event(conn, wf.id, name, f"waiting_for_{kind}", f"for {seconds:g} s" if kind == "timer" else None)
+        else:
+            wake_at = row["wake_at"]  # fixed when first reached: a replay never moves it
+        if kind == "timer" and wake_at <= now():
+            conn.execute("UPDATE waits SET status = 'resolved', decision = 'null', resolved_at = ?"
+                         " WHERE workflow_id = ? AND name = ?", (now(), wf.id, name))
+            append_event(conn, wf.id, name, "timer_fired")
+            return None
+        conn.execute("UPDATE workflows SET status = 'waiting', next_run_at = ?, updated_at = ? WHERE id = ?",
+                     (wake_at, now(), wf.id))
+    raise Suspended(f"workflow {wf.id!r} waits for {kind} {name!r}")
+
+
+def _check_kind(wf: "Workflow", name: str, kind: str, row):
     if row is not None and row["kind"] != kind:
         raise WorkflowError(
             f"workflow {wf.id!r}: wait {name!r} was saved as a {row['kind']} wait, not a {kind} wait. "
             "Wait names identify waits for good: give this one its own name.")
-    if row is not None and row["status"] == "resolved":
-        return from_json(row["decision"])
-
-    if row is None:
-        request_json = to_json(request, wf.id, name, f"{kind} request")
-        wake_at = now() + seconds if kind == "timer" else None
-    else:
-        wake_at = row["wake_at"]
-    if kind == "timer" and row is not None and wake_at <= now():
-        with immediate(conn):
-            wf._write_reused()
-            conn.execute("UPDATE waits SET status = 'resolved', decision = 'null', resolved_at = ?"
-                         " WHERE workflow_id = ? AND name = ?", (now(), wf.id, name))
-            append_event(conn, wf.id, name, "timer_fired")
-        return None
-
-    with immediate(conn):
-        wf._write_reused()
-        if row is None:
-            conn.execute("INSERT INTO waits (workflow_id, name, kind, request, status, wake_at, created_at)"
-                         " VALUES (?, ?, ?, ?, 'waiting', ?, ?)", (wf.id, name, kind, request_json, wake_at, now()))
-            detail = f"for {seconds:g} s" if kind == "timer" else None
-            append_event(conn, wf.id, name, f"waiting_for_{kind}", detail)
-        conn.execute("UPDATE workflows SET status = 'waiting', next_run_at = ?, updated_at = ? WHERE id = ?",
-                     (wake_at, now(), wf.id))
-    raise Suspended(f"workflow {wf.id!r} waits for {kind} {name!r}")
+    return row
 
 
 def approve(journal: "Journal", workflow_id: str, by: str, comment: str = "") -> dict:

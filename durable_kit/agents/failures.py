@@ -29,9 +29,9 @@ from ..journal import Journal, Workflow, workflow
 from ..ledger import Ledger
 from ..retries import (AmbiguousEffect, FormatFailure, InvalidRequest, PolicyDenied, RateLimited, RetryPolicy,
                        Transient)
-from ..store import immediate
 
-QUESTION = "Which suppliers does Northwind depend on most?"
+QUESTION = "How concentrated is Northwind's supplier base?"
+ANSWER = "One supplier provided 38% of Northwind's component spend in fiscal 2025."
 REFERENCES = [3, 7]  # what retrieval returned; the failing draft cites 12 as well
 
 # Class name -> the error for request number n of a step (n = 2 is a repair's request, when there is one).
@@ -68,14 +68,13 @@ class FlakyProvider:
 
     def answer(self, step: str, feedback: str | None = None) -> dict:
         """One request, recorded before anything else; ``feedback`` is the message a repair passes on."""
-        operation = f"repair {step}" if feedback else step
-        earlier = [c for c in self.ledger.calls("model", self.workflow_id) if c["operation"] in (step, f"repair {step}")]
-        self.ledger.record("model", operation, self.workflow_id)
+        earlier = [c for c in self.ledger.calls("model", self.workflow_id)
+                   if c["operation"] in (step, f"repair {step}")]
+        self.ledger.record("model", f"repair {step}" if feedback else step, self.workflow_id)
         fail_times = self.settings["fail_times"]
         if fail_times is None or len(earlier) < fail_times:
             raise FAILURES[self.settings["failure"]](len(earlier) + 1, self.settings)
-        answer = {"text": "Northwind depends most on Harbor Lane Metals.", "references": REFERENCES,
-                  "written_by": "repair" if feedback else "model"}
+        answer = {"text": ANSWER, "references": REFERENCES, "written_by": "repair" if feedback else "model"}
         return {**answer, "feedback": feedback} if feedback else answer
 
 
@@ -101,16 +100,11 @@ def failure_demo(wf: Workflow) -> dict:
     return {"answers": answers}
 
 
-def start_demo(journal: Journal, workflow_id: str, retry_budget: int | None = None, **settings) -> str:
-    """Start a ``failure_demo`` workflow; ``retry_budget`` replaces the default of 10 retries per workflow."""
+def start_demo(journal: Journal, workflow_id: str, retry_budget: int = 10, **settings) -> str:
+    """Start a ``failure_demo`` workflow; ``retry_budget`` caps its retries (10 by default)."""
     if settings.get("failure") not in FAILURES:
         raise ValueError(f"failure must be one of {sorted(FAILURES)}, not {settings.get('failure')!r}")
-    journal.start("failure_demo", settings, workflow_id)
-    if retry_budget is not None:
-        # Journal.start takes no budget: the budget is a plain column of the workflow's row.
-        with immediate(journal.conn):
-            journal.conn.execute("UPDATE workflows SET retry_budget = ? WHERE id = ?", (retry_budget, workflow_id))
-    return workflow_id
+    return journal.start("failure_demo", settings, workflow_id, retry_budget)
 
 
 def work_until_settled(db_path: str | Path, timeout: float = 60.0, poll: float = 0.1) -> int:
@@ -121,9 +115,12 @@ def work_until_settled(db_path: str | Path, timeout: float = 60.0, poll: float =
     deadline = time.monotonic() + timeout
     try:
         while journal.conn.execute("SELECT 1 FROM workflows WHERE status IN ('pending', 'running')").fetchone():
-            if worker.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the worker in {db_path} ended (exit code {worker.poll()}) or took longer than "
-                                   f"{timeout:g} s before every workflow settled; run it by hand to see why.")
+            if worker.poll() is not None:
+                raise RuntimeError(f"the worker in {db_path} ended with exit code {worker.returncode} before every "
+                                   f"workflow settled:\n{worker.stderr.read()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"workflows in {db_path} were still pending after {timeout:g} s; "
+                                   "run `python -m durable_kit status` on them to see why.")
             time.sleep(0.05)
         worker.send_signal(signal.SIGTERM)
         worker.communicate(timeout=10)
@@ -138,13 +135,14 @@ def work_until_settled(db_path: str | Path, timeout: float = 60.0, poll: float =
 def describe(journal: Journal, workflow_id: str) -> dict:
     """One row for a table: the class, the path the history records, attempts, calls and outcome."""
     wf = journal.workflow(workflow_id)
-    path, previous = [], None
+    path, previous, second_tries = [], None, {}
     for event in journal.history(workflow_id):
         kind, detail = event["event"], event["detail"] or ""
         if kind == "retry_scheduled":  # detail: "in 2 s: RateLimited: ..."
             path.append("retry after " + detail.split(":")[0].removeprefix("in "))
-        elif kind == "step_started" and previous == "step_failed":  # a second try inside the same replay
-            path.append("fallback" if path and path[-1] == "repair" else "repair")
+        elif kind == "step_started" and previous == "step_failed":  # another try inside the same replay
+            second_tries[event["step"]] = second_tries.get(event["step"], 0) + 1
+            path.append("repair" if second_tries[event["step"]] == 1 else "fallback")
         elif kind == "workflow_stopped":
             path.append("stop")
         elif kind == "workflow_escalated":

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .faults import trip
-from .retries import FormatFailure, InvalidRequest, RetryPolicy, decide_and_record
+from .retries import Crashed, FormatFailure, InvalidRequest, RetryPolicy, decide_and_record
 from .store import append_event, connect, from_json, immediate, now, to_json
 
 WORKFLOWS: dict[str, Callable[["Workflow"], Any]] = {}
@@ -83,11 +83,12 @@ class Journal:
             if relax:
                 self.conn.execute(f"PRAGMA synchronous = {self.synchronous}")
 
-    def start(self, kind: str, input: dict, workflow_id: str | None = None) -> str:
+    def start(self, kind: str, input: dict, workflow_id: str | None = None, retry_budget: int = 10) -> str:
         """Create a workflow in status ``pending`` and return its id; starting it again is a no-op.
 
         The same id with the same kind and input returns the existing workflow;
         with a different kind or input it raises ``WorkflowError`` and writes nothing.
+        ``retry_budget`` caps the retries charged across all its steps.
         """
         workflow_id = workflow_id or uuid.uuid4().hex[:12]
         input_json = to_json(input, workflow_id, None, "workflow input")
@@ -101,9 +102,9 @@ class Journal:
                     )
                 return workflow_id
             self.conn.execute(
-                "INSERT INTO workflows (id, kind, input, status, created_at, updated_at)"
-                " VALUES (?, ?, ?, 'pending', ?, ?)",
-                (workflow_id, kind, input_json, now(), now()),
+                "INSERT INTO workflows (id, kind, input, status, retry_budget, created_at, updated_at)"
+                " VALUES (?, ?, ?, 'pending', ?, ?, ?)",
+                (workflow_id, kind, input_json, retry_budget, now(), now()),
             )
             self._event(workflow_id, None, "workflow_created", kind)
         return workflow_id
@@ -143,14 +144,16 @@ class Workflow:
         self.id, self.kind, self.input, self.status = row["id"], row["kind"], row["input"], row["status"]
         self.db_path = journal.path
         # One read per replay: every later lookup is a dictionary access.
-        self._outputs, self._not_before, self._repairs = {}, {}, {}
-        for r in self.conn.execute("SELECT name, status, output, next_attempt_at, repair_message FROM steps"
-                                   " WHERE workflow_id = ?", (self.id,)):
+        self._outputs, self._not_before, self._repairs, self._interrupted = {}, {}, {}, {}
+        for r in self.conn.execute("SELECT name, status, output, attempts, next_attempt_at, repair_message"
+                                   " FROM steps WHERE workflow_id = ?", (self.id,)):
             if r["status"] == "complete":
                 self._outputs[r["name"]] = r["output"]
                 continue
             if r["status"] == "retrying":
                 self._not_before[r["name"]] = r["next_attempt_at"]
+            if r["status"] == "running":  # its last attempt's process died mid-step
+                self._interrupted[r["name"]] = r["attempts"]
             if r["repair_message"] is not None:
                 self._repairs[r["name"]] = r["repair_message"]
         self._names_seen: set[str] = set()
@@ -172,6 +175,8 @@ class Workflow:
         durable retry schedule, escalation or stop. ``repair(message)`` gets one
         try after ``InvalidRequest`` or ``FormatFailure``, with the validation
         message; ``fallback()`` answers a ``FormatFailure`` that repair did not fix.
+        An attempt whose process died counts against ``max_attempts`` too
+        (``Crashed``), so a step that always kills its process escalates.
         The message is stored with the attempt, so a retry after a transient
         failure of the repair repeats the repair, not the request that was wrong.
         """
@@ -182,6 +187,11 @@ class Workflow:
         not_before = self._not_before.get(name)
         if not_before is not None and not_before > now():
             self._suspend_until(not_before, f"step {name!r} is not due yet")
+
+        attempts_used = self._interrupted.get(name, 0)
+        if retry is not None and attempts_used >= retry.max_attempts:  # the last one killed its process
+            self._decide_after_failure(
+                name, Crashed("the process died during the attempt"), retry)
 
         input_json = to_json(step_input, self.id, name, "step input")
         run, repair_message = activity, self._repairs.get(name) if repair else None
@@ -231,9 +241,9 @@ class Workflow:
         wait_for(self, name, "timer", {"seconds": seconds}, seconds)
 
     def end(self, status: str, reason: str) -> None:
-        """End the workflow here with a final ``status`` (``rejected`` or ``stopped``) and its reason."""
-        if status not in ("rejected", "stopped"):
-            raise ValueError(f"end() takes 'rejected' or 'stopped', not {status!r}")
+        """End the workflow here with a final ``status`` (rejected, stopped or escalated) and its reason."""
+        if status not in ("rejected", "stopped", "escalated"):
+            raise ValueError(f"end() takes 'rejected', 'stopped' or 'escalated', not {status!r}")
         with immediate(self.conn):
             self._write_reused()
             self.conn.execute("UPDATE workflows SET status = ?, error = ?, updated_at = ? WHERE id = ?",

@@ -20,6 +20,14 @@ class Transient(Exception):
     """Infrastructure failed (timeout, connection reset, 503): retry with backoff."""
 
 
+class Crashed(Transient):
+    """The process running an attempt died (no exception was raised anywhere).
+
+    Counted like a transient failure against ``max_attempts``, so a step that
+    kills its process on every attempt escalates instead of looping for ever.
+    """
+
+
 class RateLimited(Exception):
     """The provider asked us to slow down: retry after the time it gave."""
 

@@ -379,3 +379,31 @@ def test_a_workflow_of_an_unknown_kind_is_left_pending_for_a_worker_that_knows_i
     assert run_due(journal, log.append) == 0
     assert run_worker(db, until_idle=True, log=log.append) == 0  # idle: it does not spin on it
     assert journal.workflow("wf-1")["status"] == "pending"
+
+
+CRASH_EVERY_TIME = """
+import os
+import durable_kit
+from durable_kit.retries import RetryPolicy
+
+
+@durable_kit.workflow("crash_every_time")
+def crash_every_time(wf):
+    wf.execute_step("poison", lambda: os._exit(13), retry=RetryPolicy(max_attempts=3, base_delay=0))
+    return "unreachable"
+"""
+
+
+def test_a_step_that_kills_its_process_every_time_escalates_after_max_attempts(tmp_path):
+    module, db = tmp_path / "poison.py", tmp_path / "journal.db"
+    module.write_text(CRASH_EVERY_TIME)
+    Journal(db).start("crash_every_time", {}, "p1")
+    worker = ("-m", "durable_kit", "worker", "--db", str(db), "--until-idle", "--module", str(module))
+    exit_codes = [run_python(*worker).returncode for _ in range(4)]
+
+    assert exit_codes == [13, 13, 13, 0]  # three attempts died; the fourth worker escalates instead of running it
+    journal = Journal(db)
+    wf = journal.workflow("p1")
+    assert wf["status"] == "escalated"
+    assert wf["error"] == "Crashed on attempt 3 of 3: the process died during the attempt"
+    assert steps(journal, "p1")["poison"]["attempts"] == 3

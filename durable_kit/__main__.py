@@ -98,8 +98,10 @@ def cmd_status(args) -> int:
 def cmd_history(args) -> int:
     from .journal import Journal
 
+    journal = Journal(args.db)
+    journal.workflow(args.workflow)  # a clear error for an unknown id, not an empty history
     events = [{key: e[key] for key in ("seq", "step", "event", "detail", "pid", "at")}
-              for e in Journal(args.db).history(args.workflow)]
+              for e in journal.history(args.workflow)]
     if args.json:
         print(json.dumps(events))
         return 0
@@ -163,7 +165,7 @@ DEMO_FAULTS = {
     "slow-next-step": ("next_step", "delay"),
     "fail-next-step": ("next_step", "fail"),
     "crash-after-notify": ("after_activity:notify", "exit"),
-    "crash-after-reserve": ("after_reserve:notify", "exit"),
+    "crash-after-reserve": ("before_send:notify", "exit"),
 }
 
 
@@ -274,8 +276,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from .journal import WorkflowError
+
     try:
         return args.handler(args)
+    except WorkflowError as error:  # a clear message, and nothing was changed
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     except BrokenPipeError:  # the reader left early (for example `| head`): not an error worth a traceback
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

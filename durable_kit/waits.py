@@ -24,7 +24,7 @@ from .store import append_event, from_json, immediate, now, to_json
 if TYPE_CHECKING:
     from .journal import Journal, Workflow
 
-KINDS = ("approval", "clarification", "timer")
+KINDS = ("approval", "clarification", "timer", "delivery")
 
 
 class NotWaiting(WorkflowError):
@@ -78,7 +78,7 @@ def wait_for(wf: "Workflow", name: str, kind: str, request: Any = None, seconds:
 def _check_kind(wf: "Workflow", name: str, kind: str, row):
     if row is not None and row["kind"] != kind:
         raise WorkflowError(
-            f"workflow {wf.id!r}: wait {name!r} was saved as a {row['kind']} wait, not a {kind} wait. "
+            f"workflow {wf.id!r}: wait {name!r} was saved with kind {row['kind']!r}, not {kind!r}. "
             "Wait names identify waits for good: give this one its own name.")
     return row
 
@@ -117,8 +117,9 @@ def _decide(journal: "Journal", workflow_id: str, kind: str, decision: dict, dec
         decision_json = to_json(decision, workflow_id, open_wait["name"], f"{kind} decision")
         conn.execute("UPDATE waits SET status = 'resolved', decision = ?, resolved_at = ?"
                      " WHERE workflow_id = ? AND name = ?", (decision_json, now(), workflow_id, open_wait["name"]))
-        conn.execute("UPDATE workflows SET status = 'pending', next_run_at = ?, updated_at = ? WHERE id = ?",
-                     (now(), now(), workflow_id))
+        # Runnable now. A replay already running (a manual `run`) finds the decision under the lock instead.
+        conn.execute("UPDATE workflows SET status = CASE status WHEN 'waiting' THEN 'pending' ELSE status END,"
+                     " next_run_at = ?, updated_at = ? WHERE id = ?", (now(), now(), workflow_id))
         append_event(conn, workflow_id, open_wait["name"], _event_name(decision), _describe(decision))
     return from_json(decision_json)
 

@@ -26,6 +26,9 @@ def research_and_recommend(wf: Workflow, llm: FakeLLM, topic: str) -> tuple[str,
     if plan.get("question"):  # too broad to plan: a person narrows it
         topic = wf.ask("clarify", plan["question"])
         plan = wf.execute_step("plan:clarified", lambda: llm.plan(topic), {"topic": topic}, retry=MODEL_RETRY)
+        if plan.get("question"):
+            wf.end("stopped", f"the answer {topic!r} is still too broad to plan: start a new workflow "
+                              "with a narrower topic")
     findings = [
         wf.execute_step(f"research:{subtopic}", lambda s=subtopic: llm.research(topic, s), {"subtopic": subtopic},
                         retry=MODEL_RETRY)

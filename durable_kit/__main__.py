@@ -33,9 +33,17 @@ def cmd_run(args) -> int:
 
 
 def cmd_start(args) -> int:
-    from .journal import Journal
+    from . import agents  # noqa: F401  (registers the built-in workflows)
+    from .journal import WORKFLOWS, Journal
 
-    workflow_id = Journal(args.db).start(args.kind, {"topic": args.topic}, args.id)
+    if args.module:
+        load_module(args.module)
+    if args.kind not in WORKFLOWS:
+        sys.exit(f"no workflow kind {args.kind!r}; known: {sorted(WORKFLOWS)}. Define it in a file and pass --module.")
+    if args.input is None and args.topic is None:
+        sys.exit("give the workflow's input: --topic TEXT for the research kinds, or --input JSON")
+    workflow_input = json.loads(args.input) if args.input else {"topic": args.topic}
+    workflow_id = Journal(args.db).start(args.kind, workflow_input, args.id)
     print(json.dumps({"workflow_id": workflow_id}) if args.json else workflow_id)
     return 0
 
@@ -136,17 +144,25 @@ def cmd_checkpoint_agent(args) -> int:
     return 0
 
 
-def cmd_demo(args) -> int:
-    if args.name == "checkpoints":
-        from .agents.checkpoints import run_all, summary_rows
+MATRIX_KEYS = ("strategy", "crash_point", "payment_calls", "refunds_at_destination", "receipts_stored",
+               "notifications_delivered", "status")
 
-        with tempfile.TemporaryDirectory(prefix="durable-kit-") as folder:
+
+def cmd_demo(args) -> int:
+    with tempfile.TemporaryDirectory(prefix="durable-kit-") as folder:
+        if args.name == "checkpoints":
+            from .agents.checkpoints import run_all, summary_rows
+
             rows = summary_rows(run_all(folder))
-        if args.json:
-            print(json.dumps(rows))
         else:
-            for row in rows:
-                print("  ".join(f"{k}={v}" for k, v in row.items()))
+            from .agents.refunds import crash_matrix
+
+            rows = [{key: row[key] for key in MATRIX_KEYS} for row in crash_matrix(folder)]
+    if args.json:
+        print(json.dumps(rows))
+    else:
+        for row in rows:
+            print("  ".join(f"{k}={v}" for k, v in row.items()))
     return 0
 
 
@@ -186,11 +202,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--module", help="a Python file that registers more workflows")
     run.set_defaults(handler=cmd_run)
 
-    start = commands.add_parser("start", help="start a research workflow; prints its id")
+    start = commands.add_parser("start", help="start a workflow (by default a reviewed research report); prints its id")
     start.add_argument("--db", required=True)
-    start.add_argument("--topic", required=True, help='for example "supplier concentration risk"')
-    start.add_argument("--kind", default="reviewed_report", choices=["reviewed_report", "research_report"],
-                       help="reviewed_report (default) waits for approval and notifies; research_report does not")
+    start.add_argument("--topic", help='the research topic, for example "supplier concentration risk"')
+    start.add_argument("--kind", default="reviewed_report",
+                       help="reviewed_report (default) waits for approval and notifies; research_report does not; "
+                            "refund takes --input '{\"order_id\": \"A-1002\", \"strategy\": \"outbox\"}'")
+    start.add_argument("--input", help="the workflow's input as JSON (instead of --topic)")
+    start.add_argument("--module", help="a Python file that registers more workflows")
     start.add_argument("--id", help="workflow id (default: a new random one)")
     start.add_argument("--json", action="store_true")
     start.set_defaults(handler=cmd_start)
@@ -248,7 +267,8 @@ def build_parser() -> argparse.ArgumentParser:
     agent.set_defaults(handler=cmd_checkpoint_agent)
 
     demo = commands.add_parser("demo", help="run a notebook's scenarios in real child processes")
-    demo.add_argument("name", choices=["checkpoints"])
+    demo.add_argument("name", choices=["checkpoints", "refunds"],
+                      help="checkpoints: notebook 01's seven scenarios; refunds: notebook 05's crash matrix")
     demo.add_argument("--json", action="store_true", help="print one JSON array")
     demo.set_defaults(handler=cmd_demo)
 

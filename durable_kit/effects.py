@@ -1,24 +1,59 @@
-"""Floor 6: side effects and the guarantee each delivery strategy gives.
+"""Floor 6: side effects, and the exact guarantee of each way to deliver one.
 
-An activity runs at least once, so a side effect inside it can happen twice:
-the process may die after the effect and before the step's output is stored.
-Each strategy here states exactly what it promises instead.
+An activity runs at least once, so an effect inside it can happen twice: the
+process may die after the destination acted and before the step's output was
+stored. No executor can prevent that on its own. What it can do is pick a
+strategy and state its guarantee:
 
-Keys are made from the workflow and the logical action (``"<workflow>:notify"``),
+* **No key** (``send(None)`` inside a step): at-least-once calls, and each
+  call may be a new effect. A crash after the effect repeats it.
+* **A key the destination deduplicates** (``send(effect_key(...))`` inside a
+  step): at-least-once calls, **one effect**, if the destination honours keys.
+* **Reserve the key locally before sending** (``send_at_most_once``): **at
+  most once**. A crash between the reservation and the send loses the effect.
+* **Transactional outbox** (``send_via_outbox`` and ``dispatch_outbox``): the
+  intent commits with the step that decided it; a dispatcher sends it with its
+  key and then marks it sent. A crash between the send and the mark sends it
+  again, so the destination must deduplicate: at-least-once calls, one effect.
+* **Reconciliation** (``reconcile_then_send``): before sending, ask the
+  destination whether the effect already happened. One effect, if the
+  destination can answer and nobody else acts on the same thing meanwhile.
+
+Keys are made from the workflow and the logical action (``"<workflow>:refund"``),
 never from the attempt, so every attempt of one action carries the same key.
+Fault points: ``before_send:<action>`` and ``after_send:<action>`` around
+every send, wherever it happens.
 """
 from __future__ import annotations
 
+import json
 import sqlite3
-from typing import Any, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
 
 from .faults import trip
-from .store import append_event, immediate, now
+from .store import append_event, from_json, immediate, now, to_json
+
+if TYPE_CHECKING:
+    from .journal import Journal, Workflow
+
+NOT_SENT = "not sent by this attempt: an earlier attempt reserved the key and may or may not have sent it"
+
+# Outbox destinations by name: send(journal_path, payload, key) -> the destination's answer (JSON-ready).
+DESTINATIONS: dict[str, Callable[[Path, Any, str], Any]] = {}
 
 
 def effect_key(workflow_id: str, action: str) -> str:
     """The key of one logical action of one workflow; the same in every attempt."""
     return f"{workflow_id}:{action}"
+
+
+def send_guarded(conn: sqlite3.Connection, workflow_id: str, action: str, send: Callable[[], Any]) -> Any:
+    """Call ``send()`` between the fault points ``before_send:<action>`` and ``after_send:<action>``."""
+    trip(conn, f"before_send:{action}", workflow_id)
+    result = send()
+    trip(conn, f"after_send:{action}", workflow_id)
+    return result
 
 
 def send_at_most_once(conn: sqlite3.Connection, workflow_id: str, action: str,
@@ -28,9 +63,8 @@ def send_at_most_once(conn: sqlite3.Connection, workflow_id: str, action: str,
     If the key was reserved by an earlier attempt, ``send`` is not called
     again, whether or not that attempt got as far as sending. So the effect
     never happens twice, and it is **lost** if a process dies between the
-    reservation's commit and the send (fault point ``after_reserve:<action>``).
-    Use it where a duplicate is worse than a loss, and make the loss visible:
-    the result says ``sent: False``.
+    reservation's commit and the send. The result says ``sent: False`` when
+    this attempt did not send, so the loss can be seen and followed up.
     """
     key = effect_key(workflow_id, action)
     with immediate(conn):
@@ -38,7 +72,92 @@ def send_at_most_once(conn: sqlite3.Connection, workflow_id: str, action: str,
                                 " ON CONFLICT (key) DO NOTHING", (key, workflow_id, now())).rowcount
         append_event(conn, workflow_id, action, "key_reserved" if reserved else "key_already_reserved", key)
     if not reserved:
-        return {"key": key, "sent": False,
-                "note": "an earlier attempt reserved this key and may or may not have sent it; not sent again"}
-    trip(conn, f"after_reserve:{action}", workflow_id)
-    return {"key": key, "sent": True, "receipt": send(key)}
+        return {"key": key, "sent": False, "note": NOT_SENT}
+    return {"key": key, "sent": True, "receipt": send_guarded(conn, workflow_id, action, lambda: send(key))}
+
+
+def reconcile_then_send(conn: sqlite3.Connection, workflow_id: str, action: str,
+                        already_done: Callable[[], Any], send: Callable[[], Any]) -> dict:
+    """Ask the destination first (``already_done()``, a truthy answer if the effect exists); send only if not.
+
+    One effect, provided the destination can answer truthfully and nothing
+    else acts on the same thing between the question and the send.
+    """
+    found = already_done()
+    if found:
+        append_event(conn, workflow_id, action, "reconciled", "the destination already has this effect: not sent")
+        return {"sent": False, "receipt": found}
+    return {"sent": True, "receipt": send_guarded(conn, workflow_id, action, send)}
+
+
+def destination(name: str) -> Callable:
+    """Register ``send(journal_path, payload, key)`` as the outbox destination ``name``."""
+    def register(send: Callable[[Path, Any, str], Any]) -> Callable[[Path, Any, str], Any]:
+        DESTINATIONS[name] = send
+        return send
+    return register
+
+
+def send_via_outbox(wf: "Workflow", action: str, destination_name: str, payload: Any) -> Any:
+    """Commit the intent as step ``action`` and an outbox row in one transaction; return the destination's answer.
+
+    The workflow then waits (no worker held) until ``dispatch_outbox`` has
+    sent the row and saved the answer as the wait ``<action>:receipt``.
+    """
+    wf._claim_name(action)
+    key = effect_key(wf.id, action)
+    if action in wf._outputs:
+        wf._reused.append(action)
+    else:
+        output_json = to_json({"key": key, "destination": destination_name}, wf.id, action, "outbox intent")
+        payload_json = to_json(payload, wf.id, action, "outbox payload")
+        with immediate(wf.conn):
+            wf._write_reused()
+            wf.conn.execute(
+                "INSERT INTO steps (workflow_id, name, status, input, output, attempts, started_at, completed_at)"
+                " VALUES (?, ?, 'complete', ?, ?, 1, ?, ?)", (wf.id, action, payload_json, output_json, now(), now()))
+            wf.conn.execute(
+                "INSERT INTO outbox (key, workflow_id, action, destination, payload, status, created_at)"
+                " VALUES (?, ?, ?, ?, ?, 'pending', ?)", (key, wf.id, action, destination_name, payload_json, now()))
+            append_event(wf.conn, wf.id, action, "outbox_enqueued", key)
+        wf._outputs[action] = output_json
+    from .waits import wait_for
+    return wait_for(wf, f"{action}:receipt", "delivery", {"key": key})
+
+
+def dispatch_outbox(journal: "Journal", log: Callable[[str], None] = print) -> int:
+    """Send every pending outbox row with its key, then mark it sent and wake its workflow; return how many sent.
+
+    At-least-once: a crash after a send and before its mark sends it again
+    on the next dispatch, with the same key. A destination not registered in
+    this process, or one that raises, leaves the row pending for a later pass.
+    """
+    conn = journal.conn
+    sent = 0
+    for row in conn.execute("SELECT * FROM outbox WHERE status = 'pending' ORDER BY created_at, key").fetchall():
+        send = DESTINATIONS.get(row["destination"])
+        if send is None:
+            continue
+        with immediate(conn):
+            conn.execute("UPDATE outbox SET attempts = attempts + 1 WHERE key = ?", (row["key"],))
+        try:
+            result = send_guarded(conn, row["workflow_id"], row["action"],
+                                  lambda: send(journal.path, from_json(row["payload"]), row["key"]))
+        except Exception as error:
+            log(f"{row['workflow_id']}: outbox {row['key']} not sent: {type(error).__name__}: {error}")
+            continue
+        result_json = to_json(result, row["workflow_id"], row["action"], "destination's answer")
+        with immediate(conn):
+            conn.execute("UPDATE outbox SET status = 'sent', result = ?, sent_at = ? WHERE key = ?",
+                         (result_json, now(), row["key"]))
+            conn.execute(  # the receipt is saved before the workflow becomes runnable, like a person's decision
+                "INSERT INTO waits (workflow_id, name, kind, request, status, decision, created_at, resolved_at)"
+                " VALUES (?, ?, 'delivery', ?, 'resolved', ?, ?, ?) ON CONFLICT (workflow_id, name) DO UPDATE"
+                " SET status = 'resolved', decision = excluded.decision, resolved_at = excluded.resolved_at",
+                (row["workflow_id"], f"{row['action']}:receipt", json.dumps({"key": row["key"]}), result_json,
+                 now(), now()))
+            conn.execute("UPDATE workflows SET status = 'pending', next_run_at = ?, updated_at = ?"
+                         " WHERE id = ? AND status = 'waiting'", (now(), now(), row["workflow_id"]))
+            append_event(conn, row["workflow_id"], row["action"], "outbox_sent", row["key"])
+        sent += 1
+    return sent

@@ -59,3 +59,15 @@ def run_in_child(db_path: str | Path, workflow_id: str, crash_at: str | None = N
         calls_made=ledger.count(workflow_id=workflow_id) - calls_before,
         stderr=child.stderr,
     )
+
+
+def worker_in_child(db_path: str | Path, module: str | Path | None = None,
+                    timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run one worker in a new process until nothing is due (``worker --until-idle``); return how it ended.
+
+    An armed crash point ends it early with exit code 13 (``exit``) or -9 (``kill``).
+    """
+    command = [sys.executable, "-m", "durable_kit", "worker", "--db", str(db_path), "--until-idle"]
+    if module:
+        command += ["--module", str(module)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout)

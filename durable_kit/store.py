@@ -62,10 +62,10 @@ CREATE TABLE IF NOT EXISTS escalations (
 CREATE TABLE IF NOT EXISTS waits (
     workflow_id TEXT NOT NULL REFERENCES workflows (id),
     name        TEXT NOT NULL,
-    kind        TEXT NOT NULL CHECK (kind IN ('approval', 'clarification', 'timer')),
+    kind        TEXT NOT NULL CHECK (kind IN ('approval', 'clarification', 'timer', 'delivery')),
     request     TEXT,  -- JSON: what a person is shown (a recommendation and its evidence, a question)
     status      TEXT NOT NULL CHECK (status IN ('waiting', 'resolved')),
-    decision    TEXT,  -- JSON: the approval, rejection or answer, saved before the workflow may run on
+    decision    TEXT,  -- JSON: the approval, rejection, answer or receipt, saved before the workflow may run on
     wake_at     REAL,  -- a timer's end, computed once when the workflow first reached it
     created_at  REAL NOT NULL,
     resolved_at REAL,
@@ -75,6 +75,18 @@ CREATE TABLE IF NOT EXISTS reservations (
     key         TEXT PRIMARY KEY,  -- from the workflow and the logical action, never the attempt
     workflow_id TEXT NOT NULL REFERENCES workflows (id),
     reserved_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS outbox (
+    key         TEXT PRIMARY KEY,  -- sent with the request, so the destination can deduplicate
+    workflow_id TEXT NOT NULL REFERENCES workflows (id),
+    action      TEXT NOT NULL,
+    destination TEXT NOT NULL,  -- a sender registered with effects.destination
+    payload     TEXT NOT NULL,  -- JSON
+    status      TEXT NOT NULL CHECK (status IN ('pending', 'sent')),
+    result      TEXT,  -- JSON: the destination's answer
+    attempts    INTEGER NOT NULL DEFAULT 0,
+    created_at  REAL NOT NULL,
+    sent_at     REAL
 );
 CREATE TABLE IF NOT EXISTS history (
     workflow_id TEXT NOT NULL,
@@ -153,7 +165,7 @@ def connect_outside(path: str | Path, schema: str) -> sqlite3.Connection:
     conn.row_factory = sqlite3.Row
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA synchronous = FULL")
-    conn.execute(schema)
+    conn.executescript(schema)
     return conn
 
 

@@ -14,6 +14,7 @@ import signal
 import time
 from pathlib import Path
 
+from .effects import dispatch_outbox
 from .journal import WORKFLOWS, Journal, WorkflowError, run_workflow
 from .store import append_event, immediate, now
 
@@ -57,8 +58,8 @@ def claim(journal: Journal, workflow_id: str) -> bool:
 
 
 def run_due(journal: Journal, log=print) -> int:
-    """One pass: run every workflow due at the start of the pass, once; return how many ran."""
-    ran = 0
+    """One pass: send the outbox, run every workflow due at the start of the pass once; return how much was done."""
+    ran = dispatch_outbox(journal, log)
     for workflow_id in due_workflows(journal):
         if not claim(journal, workflow_id):
             continue

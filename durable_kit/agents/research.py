@@ -10,7 +10,7 @@ A rejection ends the workflow as *rejected*: no report, no notification.
 """
 from __future__ import annotations
 
-from ..effects import send_at_most_once
+from ..effects import NOT_SENT, send_at_most_once
 from ..fakes.llm import FakeLLM
 from ..fakes.notifier import Notifier
 from ..journal import Workflow, workflow
@@ -70,4 +70,4 @@ def reviewed_report(wf: Workflow) -> dict:
             lambda key: notifier.send(recipient, f"{report['title']} is ready (approved by {decision['by']})", key)))
     return {"title": report["title"], "recommendation": recommendation["recommendation"],
             "approved_by": decision["by"],
-            "notification": "sent" if notification["sent"] else "not sent again: the key was reserved earlier"}
+            "notification": "sent" if notification["sent"] else NOT_SENT}

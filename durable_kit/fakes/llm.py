@@ -84,3 +84,23 @@ class FakeLLM:
         claim = f"{passage['company']} ({passage['period']}): {first_sentence}"
         return self._call("summarize_passage", {"question": question, "passage": passage},
                           {"claim": claim, "evidence_id": passage["id"]})
+
+    def recommend_refund(self, order: dict, rule: dict, evidence_ids: list[str],
+                         repair_message: str | None = None) -> dict:
+        """A structured refund recommendation citing evidence by id.
+
+        For an order marked ``model_cites_unfetched_evidence`` the first answer
+        also cites a document that was never fetched, as real models do; given a
+        ``repair_message``, it cites only what it was shown.
+        """
+        cited = list(evidence_ids)
+        if order.get("model_cites_unfetched_evidence") and repair_message is None:
+            cited.append("policy:store-credit")
+        prompt = {"order": order, "rule": rule, "evidence_ids": evidence_ids, "repair": repair_message}
+        return self._call("recommend_refund", prompt, {
+            "outcome": "refund",
+            "amount": order["amount"],
+            "rationale": f"{rule['text']} The customer wrote: \"{order['complaint']}\"",
+            "confidence": 0.9 if order["reason"] != "changed_mind" else 0.7,
+            "evidence": cited,
+        })

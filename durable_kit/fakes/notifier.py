@@ -1,15 +1,22 @@
 """A fake notification service in its own SQLite file: the destination's own count of deliveries.
 
 It is outside the workflow's transactions, like a real email or chat API:
-what it received stays received, whatever the journal later remembers.
+what it received stays received, whatever the journal later remembers. With
+``dedupe=True`` it delivers a key only once and answers a repeat with the
+first delivery; without it, every request is a new message in someone's inbox.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from ..store import beside, connect_outside, now
+from ..store import beside, connect_outside, immediate, now
 
 NOTIFIER_SCHEMA = """
+CREATE TABLE IF NOT EXISTS requests (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    key TEXT,
+    at  REAL NOT NULL
+);
 CREATE TABLE IF NOT EXISTS deliveries (
     seq       INTEGER PRIMARY KEY AUTOINCREMENT,
     key       TEXT,
@@ -26,21 +33,27 @@ def notifier_path(db_path: str | Path) -> Path:
 
 
 class Notifier:
-    """Delivers every message it is sent (no deduplication) and commits it before returning."""
+    """Delivers messages and commits each delivery before returning; deduplicates by key if asked."""
 
-    def __init__(self, path: str | Path):
-        self.path = Path(path)
+    def __init__(self, path: str | Path, dedupe: bool = False):
+        self.path, self.dedupe = Path(path), dedupe
         self.conn = connect_outside(self.path, NOTIFIER_SCHEMA)
 
     @classmethod
-    def beside(cls, db_path: str | Path) -> "Notifier":
+    def beside(cls, db_path: str | Path, dedupe: bool = False) -> "Notifier":
         """The notifier that belongs to the journal at ``db_path``."""
-        return cls(notifier_path(db_path))
+        return cls(notifier_path(db_path), dedupe)
 
     def send(self, recipient: str, message: str, key: str | None = None) -> dict:
-        """Deliver one message; return its delivery number."""
-        seq = self.conn.execute("INSERT INTO deliveries (key, recipient, message, at) VALUES (?, ?, ?, ?)",
-                                (key, recipient, message, now())).lastrowid
+        """Deliver one message (unless ``dedupe`` and ``key`` was delivered before); return its delivery number."""
+        self.conn.execute("INSERT INTO requests (key, at) VALUES (?, ?)", (key, now()))
+        with immediate(self.conn):
+            if self.dedupe and key is not None:
+                first = self.conn.execute("SELECT seq FROM deliveries WHERE key = ?", (key,)).fetchone()
+                if first is not None:
+                    return {"delivery": first["seq"], "recipient": recipient}
+            seq = self.conn.execute("INSERT INTO deliveries (key, recipient, message, at) VALUES (?, ?, ?, ?)",
+                                    (key, recipient, message, now())).lastrowid
         return {"delivery": seq, "recipient": recipient}
 
     def deliveries(self, key: str | None = None) -> list[dict]:
@@ -53,6 +66,10 @@ class Notifier:
     def count(self, key: str | None = None) -> int:
         """How many messages were delivered (with ``key``, if given)."""
         return len(self.deliveries(key))
+
+    def request_count(self) -> int:
+        """How many send requests reached the service, including repeats it deduplicated."""
+        return self.conn.execute("SELECT COUNT(*) FROM requests").fetchone()[0]
 
     def close(self) -> None:
         self.conn.close()

@@ -21,6 +21,7 @@ AFTER_APPROVAL = ["report", "notify"]
 EVIDENCE = [{"subtopic": s, "finding": KNOWN["notes"][s]} for s in KNOWN["subtopics"]]
 REQUEST = {"recommendation": KNOWN["recommendation"], "confidence": 0.8, "evidence": EVIDENCE}
 MESSAGE = f"Report: {TOPIC} is ready (approved by ana)"
+NOT_SENT = "not sent by this attempt: an earlier attempt reserved the key and may or may not have sent it"
 BROAD = "our suppliers"
 QUESTION = load_topics()[BROAD]["question"]
 
@@ -276,7 +277,7 @@ def test_a_crash_after_the_notification_does_not_send_it_again(db):
     assert worker(db) == ["r1: recovered", "r1: complete", "worker stopped"]
     wf = journal.workflow("r1")
     assert wf["status"] == "complete"
-    assert wf["output"]["notification"] == "not sent again: the key was reserved earlier"
+    assert wf["output"]["notification"] == NOT_SENT
     assert Notifier.beside(db).deliveries() == [
         {"seq": 1, "key": "r1:notify", "recipient": "research-team@example.com", "message": MESSAGE}]
     assert attempts(journal) == {**{name: 1 for name in BEFORE_APPROVAL}, "report": 1, "notify": 2}

@@ -6,7 +6,9 @@ fault in the same transaction that records it, so it fires at most once.
 
 The journal checks, for every step, ``after_activity:<step>``,
 ``after_commit:<step>`` and ``next_step`` (just before the activity runs, for
-whichever step comes next).
+whichever step comes next). Every send to the outside world checks
+``before_send:<action>`` and ``after_send:<action>`` (``effects.send_guarded``);
+agents may name their own points.
 """
 from __future__ import annotations
 

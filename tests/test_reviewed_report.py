@@ -6,6 +6,8 @@ import signal
 import subprocess
 from collections import Counter
 
+import pytest
+
 import durable_kit.agents  # noqa: F401  (registers reviewed_report for in-process runs)
 from durable_kit import CRASH_EXIT_CODE, Journal, Ledger, run_workflow
 from durable_kit.fakes.llm import load_topics
@@ -388,3 +390,19 @@ def test_status_and_history_of_an_unknown_workflow_are_clear_errors(db):
         done = run_python("-m", "durable_kit", command, "--db", str(db), "--workflow", "nope")
         assert done.returncode == 2
         assert done.stderr == "error: no workflow 'nope' in journal.db: start it first, or check the id.\n"
+
+
+@pytest.mark.parametrize("fault", ["slow-next-step", "fail-next-step", "crash-after-notify", "crash-after-reserve"])
+def test_every_demo_fault_fires_in_the_reviewed_workflow(db, fault):
+    from durable_kit.__main__ import DEMO_FAULTS
+
+    journal = at_approval(db)
+    decide(db, "approve", "r1", "--by", "ana")
+    armed = cli("fault", fault, "--db", str(db), "--seconds", "0.1", "--json")
+    assert armed.returncode == 0 and json.loads(armed.stdout)["point"] == DEMO_FAULTS[fault][0]
+    crashes = fault.startswith("crash")
+    worker(db, expect=CRASH_EXIT_CODE if crashes else 0)
+
+    fired = [e["detail"] for e in journal.history("r1") if e["event"] == "fault_fired"]
+    assert fired == [f"{DEMO_FAULTS[fault][0]} ({DEMO_FAULTS[fault][1]})"]
+    assert journal.conn.execute("SELECT COUNT(*) FROM faults").fetchone()[0] == 0  # one-shot

@@ -56,8 +56,7 @@ def send_guarded(conn: sqlite3.Connection, workflow_id: str, action: str, send: 
     return result
 
 
-def send_at_most_once(conn: sqlite3.Connection, workflow_id: str, action: str,
-                      send: Callable[[str], Any]) -> dict:
+def send_at_most_once(wf: "Workflow", action: str, send: Callable[[str], Any]) -> dict:
     """Reserve the action's key in the journal, commit, then call ``send(key)``: **at most once**.
 
     If the key was reserved by an earlier attempt, ``send`` is not called
@@ -66,8 +65,9 @@ def send_at_most_once(conn: sqlite3.Connection, workflow_id: str, action: str,
     reservation's commit and the send. The result says ``sent: False`` when
     this attempt did not send, so the loss can be seen and followed up.
     """
+    conn, workflow_id = wf.conn, wf.id
     key = effect_key(workflow_id, action)
-    with immediate(conn):
+    with wf._write():
         reserved = conn.execute("INSERT INTO reservations (key, workflow_id, reserved_at) VALUES (?, ?, ?)"
                                 " ON CONFLICT (key) DO NOTHING", (key, workflow_id, now())).rowcount
         append_event(conn, workflow_id, action, "key_reserved" if reserved else "key_already_reserved", key)
@@ -111,7 +111,7 @@ def send_via_outbox(wf: "Workflow", action: str, destination_name: str, payload:
     else:
         output_json = to_json({"key": key, "destination": destination_name}, wf.id, action, "outbox intent")
         payload_json = to_json(payload, wf.id, action, "outbox payload")
-        with immediate(wf.conn):
+        with wf._write():
             wf._write_reused()
             wf.conn.execute(
                 "INSERT INTO steps (workflow_id, name, status, input, output, attempts, started_at, completed_at)"
@@ -143,10 +143,10 @@ def dispatch_outbox(journal: "Journal", log: Callable[[str], None] = print) -> i
         try:
             result = send_guarded(conn, row["workflow_id"], row["action"],
                                   lambda: send(journal.path, from_json(row["payload"]), row["key"]))
-        except Exception as error:
+            result_json = to_json(result, row["workflow_id"], row["action"], "destination's answer")
+        except Exception as error:  # left pending: the next dispatch sends it again, with the same key
             log(f"{row['workflow_id']}: outbox {row['key']} not sent: {type(error).__name__}: {error}")
             continue
-        result_json = to_json(result, row["workflow_id"], row["action"], "destination's answer")
         with immediate(conn):
             conn.execute("UPDATE outbox SET status = 'sent', result = ?, sent_at = ? WHERE key = ?",
                          (result_json, now(), row["key"]))

@@ -20,12 +20,13 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
 from .faults import trip
+from .leases import Heartbeat, Lease, LeaseLost, check, grant, new_owner, release
 from .retries import Crashed, FormatFailure, InvalidRequest, RetryPolicy, decide_and_record
 from .store import append_event, connect, from_json, immediate, now, to_json
 
@@ -127,9 +128,9 @@ class Journal:
         rows = self.conn.execute("SELECT * FROM history WHERE workflow_id = ? ORDER BY seq", (workflow_id,))
         return [dict(r) for r in rows]
 
-    def open(self, workflow_id: str) -> "Workflow":
-        """Begin one replay: read the workflow and its completed outputs once."""
-        return Workflow(self, self.workflow(workflow_id))
+    def open(self, workflow_id: str, lease: Lease | None = None) -> "Workflow":
+        """Begin one replay under ``lease``: read the workflow and its completed outputs once."""
+        return Workflow(self, self.workflow(workflow_id), lease)
 
     def _event(self, workflow_id: str, step: str | None, event: str, detail: str | None = None) -> None:
         # Callers hold a transaction: the event commits with the state change it describes.
@@ -139,8 +140,8 @@ class Journal:
 class Workflow:
     """One replay of one workflow, from its first line."""
 
-    def __init__(self, journal: Journal, row: dict):
-        self.journal, self.conn = journal, journal.conn
+    def __init__(self, journal: Journal, row: dict, lease: Lease | None = None):
+        self.journal, self.conn, self.lease = journal, journal.conn, lease
         self.id, self.kind, self.input, self.status = row["id"], row["kind"], row["input"], row["status"]
         self.db_path = journal.path
         # One read per replay: every later lookup is a dictionary access.
@@ -212,6 +213,17 @@ class Workflow:
                     continue
                 self._decide_after_failure(name, error, retry)
 
+    @contextmanager
+    def _write(self, marker: bool = False):
+        """A write transaction that first checks this replay's lease: a stale owner writes nothing."""
+        with self.journal.marker_transaction() if marker else immediate(self.conn):
+            self._fence()
+            yield self.conn
+
+    def _fence(self) -> None:
+        if self.lease is not None:
+            check(self.conn, self.lease)
+
     def _claim_name(self, name: str) -> None:
         if name in self._names_seen:
             raise WorkflowError(
@@ -244,7 +256,7 @@ class Workflow:
         """End the workflow here with a final ``status`` (rejected, stopped or escalated) and its reason."""
         if status not in ("rejected", "stopped", "escalated"):
             raise ValueError(f"end() takes 'rejected', 'stopped' or 'escalated', not {status!r}")
-        with immediate(self.conn):
+        with self._write():
             self._write_reused()
             self.conn.execute("UPDATE workflows SET status = ?, error = ?, updated_at = ? WHERE id = ?",
                               (status, reason, now(), self.id))
@@ -252,7 +264,7 @@ class Workflow:
         raise Ended(f"workflow {self.id!r}: {status}: {reason}")
 
     def _decide_after_failure(self, name: str, error: Exception, retry: RetryPolicy) -> None:
-        decision = decide_and_record(self.conn, self.id, name, error, retry)
+        decision = decide_and_record(self.conn, self.id, name, error, retry, fence=self._fence)
         if decision.path == "fail":
             raise error
         if decision.path == "retry":
@@ -260,7 +272,7 @@ class Workflow:
         raise Ended(f"workflow {self.id!r}, step {name!r}: {decision.reason}")
 
     def _suspend_until(self, run_at: float, why: str) -> None:
-        with immediate(self.conn):
+        with self._write():
             self._write_reused()
             self.conn.execute("UPDATE workflows SET status = 'pending', next_run_at = ?, updated_at = ? WHERE id = ?",
                               (run_at, now(), self.id))
@@ -270,7 +282,7 @@ class Workflow:
     def _attempt(self, name: str, activity: Callable[[], Any], input_json: str,
                  repair_message: str | None = None) -> Any:
         """One attempt: commit a running marker, run the activity, commit its output."""
-        with self.journal.marker_transaction():
+        with self._write(marker=True):
             self._write_reused()
             attempt = self.conn.execute(
                 "INSERT INTO steps (workflow_id, name, status, input, attempts, repair_message, started_at)"
@@ -295,7 +307,7 @@ class Workflow:
             output_json = to_json(activity(), self.id, name, "activity's output",
                                   "The output was not stored; the step runs again on the next replay.")
         except Exception as exc:
-            with immediate(self.conn):
+            with self._write():
                 self.conn.execute(
                     "UPDATE steps SET status = 'failed', error = ? WHERE workflow_id = ? AND name = ?",
                     (f"{type(exc).__name__}: {exc}", self.id, name))
@@ -304,7 +316,7 @@ class Workflow:
         if f"after_activity:{name}" in armed:
             trip(self.conn, f"after_activity:{name}", self.id)
 
-        with immediate(self.conn):
+        with self._write():
             updated = self.conn.execute(
                 "UPDATE steps SET status = 'complete', output = ?, completed_at = ?"
                 " WHERE workflow_id = ? AND name = ? AND status != 'complete'",
@@ -339,7 +351,7 @@ class Workflow:
 
     def begin(self) -> None:
         """Mark the workflow running and record that a replay started."""
-        with immediate(self.conn):
+        with self._write():
             self.conn.execute(
                 "UPDATE workflows SET status = 'running', updated_at = ? WHERE id = ?", (now(), self.id))
             self.journal._event(self.id, None, "replay_started", f"{len(self._outputs)} completed steps on record")
@@ -347,7 +359,7 @@ class Workflow:
     def finish(self, output: Any) -> None:
         """Commit the workflow's output and status ``complete`` (with any pending reuse events)."""
         output_json = to_json(output, self.id, None, "workflow's output")
-        with immediate(self.conn):
+        with self._write():
             self._write_reused()
             self.conn.execute(
                 "UPDATE workflows SET status = 'complete', output = ?, error = NULL, updated_at = ? WHERE id = ?",
@@ -356,7 +368,7 @@ class Workflow:
 
     def fail(self, error: BaseException) -> None:
         """Commit status ``failed`` with the error (with any pending reuse events)."""
-        with immediate(self.conn):
+        with self._write():
             self._write_reused()
             self.conn.execute(
                 "UPDATE workflows SET status = 'failed', error = ?, updated_at = ? WHERE id = ?",
@@ -367,30 +379,49 @@ class Workflow:
 FINAL_STATUSES = ("complete", "escalated", "stopped", "rejected")
 
 
-def run_workflow(journal: Journal, workflow_id: str) -> Any:
+def run_workflow(journal: Journal, workflow_id: str, lease: Lease | None = None, fenced: bool = True) -> Any:
     """Replay the workflow from its first line as far as it can go; return its output, or None.
 
     A workflow in a final status returns its stored output without running.
+    The replay runs under ``lease`` (a worker's), or else takes one itself,
+    whatever the workflow's status, fencing out any other owner; a heartbeat
+    renews it while the replay runs. ``fenced=False`` runs with no lease at
+    all: the unsafe way, kept to show its failure.
+
     A replay that stops at a retry schedule, a wait, an escalation or an end
-    returns None: the database says why. An exception from the workflow marks it
-    ``failed`` and is raised again; a later replay resumes it.
+    returns None: the database says why. So does a replay whose lease was
+    taken over (its refused write is recorded as ``stale_write_refused``). An
+    exception from the workflow marks it ``failed`` and is raised again; a
+    later replay resumes it.
     """
-    wf = journal.open(workflow_id)
-    if wf.status in FINAL_STATUSES:
-        return journal.workflow(workflow_id)["output"]
-    fn = WORKFLOWS.get(wf.kind)
+    row = journal.workflow(workflow_id)
+    if row["status"] in FINAL_STATUSES:
+        return row["output"]
+    fn = WORKFLOWS.get(row["kind"])
     if fn is None:
         raise WorkflowError(
-            f"workflow {workflow_id!r} is of kind {wf.kind!r}, which no imported module registered; "
+            f"workflow {workflow_id!r} is of kind {row['kind']!r}, which no imported module registered; "
             f"known kinds: {sorted(WORKFLOWS)}. Import the module that defines it (or pass --module FILE)."
         )
-    wf.begin()
+    if lease is None and fenced:
+        lease = grant(journal.conn, workflow_id, new_owner(), only_if_due=False)
     try:
-        output = fn(wf)
-    except (Suspended, Ended):
+        with Heartbeat(journal.path, lease) if lease else nullcontext():
+            wf = journal.open(workflow_id, lease)
+            wf.begin()
+            try:
+                output = fn(wf)
+            except (Suspended, Ended):
+                return None
+            except Exception as exc:
+                wf.fail(exc)
+                raise
+            wf.finish(output)
+    except LeaseLost as lost:
+        with immediate(journal.conn):
+            append_event(journal.conn, workflow_id, None, "stale_write_refused", str(lost))
         return None
-    except Exception as exc:
-        wf.fail(exc)
-        raise
-    wf.finish(output)
+    finally:
+        if lease:
+            release(journal.conn, lease)
     return json.loads(to_json(output, workflow_id, None, "workflow's output"))

@@ -12,6 +12,7 @@ import json
 import random
 import sqlite3
 from dataclasses import dataclass
+from typing import Callable
 
 from .store import append_event, immediate, now
 
@@ -98,13 +99,14 @@ def decide(error: BaseException, attempt: int, policy: RetryPolicy, budget_left:
 
 
 def decide_and_record(conn: sqlite3.Connection, workflow_id: str, step: str, error: BaseException,
-                      policy: RetryPolicy) -> Decision:
+                      policy: RetryPolicy, fence: Callable[[], None] = lambda: None) -> Decision:
     """Read the step's attempts and the workflow's budget, decide, and commit the path: one transaction.
 
     ``retry`` commits a schedule, ``stop``/``escalate``/``reconcile`` an
     escalation record and final status; ``fail`` writes nothing here.
     """
     with immediate(conn):
+        fence()  # the caller's lease check: a stale owner decides nothing
         row = conn.execute(
             "SELECT s.attempts, w.retry_budget - w.retries_used AS budget_left FROM steps s"
             " JOIN workflows w ON w.id = s.workflow_id WHERE s.workflow_id = ? AND s.name = ?",

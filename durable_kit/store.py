@@ -34,6 +34,9 @@ CREATE TABLE IF NOT EXISTS workflows (
     next_run_at  REAL DEFAULT 0,  -- may run from this time on (NULL: waits for a person)
     retry_budget INTEGER NOT NULL DEFAULT 10,  -- retries allowed across all its steps
     retries_used INTEGER NOT NULL DEFAULT 0,
+    owner        TEXT,  -- the process holding the lease (host:pid:nonce), while one does
+    lease_expires_at REAL,  -- by the database's clock (DB_NOW)
+    fencing_token INTEGER NOT NULL DEFAULT 0,  -- grows with every lease granted
     created_at   REAL NOT NULL,
     updated_at   REAL NOT NULL
 );
@@ -106,6 +109,10 @@ CREATE TABLE IF NOT EXISTS faults (
 """
 
 
+# Seconds since 1970 by the database's clock: one clock for every lease, whichever process asks.
+DB_NOW = "((julianday('now') - 2440587.5) * 86400.0)"
+
+
 class SchemaMismatch(RuntimeError):
     """The database was written by a different schema version of durable_kit."""
 
@@ -169,14 +176,25 @@ def connect_outside(path: str | Path, schema: str) -> sqlite3.Connection:
     return conn
 
 
+BEGIN_ATTEMPTS = 4
+
+
 @contextmanager
 def immediate(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     """Run the block in one ``BEGIN IMMEDIATE`` transaction: all of it commits, or none of it.
 
     IMMEDIATE takes the write lock before the first read, so a read-then-write
-    waits for the busy timeout instead of failing with SQLITE_BUSY midway.
+    waits for the busy timeout instead of failing with SQLITE_BUSY midway. If
+    the lock is still busy after the timeout, BEGIN is tried again, a bounded
+    number of times, before the error reaches the caller.
     """
-    conn.execute("BEGIN IMMEDIATE")
+    for attempt in range(1, BEGIN_ATTEMPTS + 1):
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            break
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or attempt == BEGIN_ATTEMPTS:
+                raise
     try:
         yield conn
     except BaseException:

@@ -53,7 +53,7 @@ def wait_for(wf: "Workflow", name: str, kind: str, request: Any = None, seconds:
         return from_json(row["decision"])
     request_json = to_json(request, wf.id, name, f"{kind} request")
 
-    with immediate(conn):
+    with wf._write():
         row = conn.execute(select, (wf.id, name)).fetchone()  # again, under the lock: a decision may have landed
         if row is not None and row["status"] == "resolved":
             return from_json(row["decision"])

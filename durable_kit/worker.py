@@ -1,12 +1,16 @@
 """Floor 4: the worker. It claims workflows that are due, replays them, and lets go.
 
-A worker holds a workflow only while replaying it. At a retry schedule the
-replay stops (the time is in the database) and the worker moves on: nobody
-sleeps through a backoff. Any worker, started at any time, sees the same
-schedule.
+A worker holds a workflow only while replaying it. At a retry schedule or a
+wait the replay stops (the time, or what it waits for, is in the database)
+and the worker moves on: nobody sleeps through a backoff or a person's lunch.
+Any worker, started at any time, sees the same schedule.
 
-Until notebook 06 adds leases, run **one worker per database**: at start it
-takes back every workflow left *running*, assuming whoever ran it is dead.
+Claiming a workflow grants a lease (``leases.py``, notebook 06): any number of
+workers can share one database, and a workflow whose owner died is taken back
+once its lease expires, or at once if its owner's process is gone from this
+machine. ``leases=False`` is the unsafe worker of notebooks 03 to 05's
+assumption (one worker per database): at start it takes back *every*
+running workflow, and it writes without a fencing token.
 """
 from __future__ import annotations
 
@@ -16,18 +20,13 @@ from pathlib import Path
 
 from .effects import dispatch_outbox
 from .journal import WORKFLOWS, Journal, WorkflowError, run_workflow
-from .store import append_event, immediate, now
+from .leases import LEASE_SECONDS, Lease, grant, new_owner, revoke_abandoned
+from .store import now
 
 
-def recover_abandoned(journal: Journal) -> list[str]:
-    """Make every workflow left *running* pending again; return their ids. One worker per database."""
-    with immediate(journal.conn):
-        ids = [r["id"] for r in journal.conn.execute("SELECT id FROM workflows WHERE status = 'running' ORDER BY id")]
-        for workflow_id in ids:
-            journal.conn.execute("UPDATE workflows SET status = 'pending', updated_at = ? WHERE id = ?",
-                                 (now(), workflow_id))
-            append_event(journal.conn, workflow_id, None, "recovered", "left running by a worker that stopped")
-    return ids
+def recover_abandoned(journal: Journal, assume_dead: bool = False) -> list[str]:
+    """Make *running* workflows whose owner died (or, with ``assume_dead``, all of them) pending; their ids."""
+    return [workflow_id for workflow_id, _ in revoke_abandoned(journal.conn, assume_dead)]
 
 
 def due_workflows(journal: Journal) -> list[str]:
@@ -36,56 +35,61 @@ def due_workflows(journal: Journal) -> list[str]:
     Due means *pending* (new, resumed by a decision, or at a retry time) or
     *waiting* on a timer that has ended. A workflow waiting for a person has
     no run time (NULL), so it is never due: no worker is held for it.
-
-    A workflow of a kind no imported module registered is left pending for a
-    worker that knows it.
+    A workflow of a kind no imported module registered is left for a worker that knows it.
     """
     rows = journal.conn.execute(
         "SELECT id, kind FROM workflows WHERE status IN ('pending', 'waiting') AND next_run_at <= ?"
-        " ORDER BY next_run_at, id",
-        (now(),))
+        " ORDER BY next_run_at, id", (now(),))
     return [r["id"] for r in rows if r["kind"] in WORKFLOWS]
 
 
-def claim(journal: Journal, workflow_id: str) -> bool:
-    """Atomically move one due workflow to *running*; False if it is no longer due."""
-    with immediate(journal.conn):
-        claimed = journal.conn.execute(
-            "UPDATE workflows SET status = 'running', updated_at = ? "
-            "WHERE id = ? AND status IN ('pending', 'waiting') AND next_run_at <= ?",
-            (now(), workflow_id, now())).rowcount
-    return bool(claimed)
+def claim(journal: Journal, workflow_id: str, owner: str | None = None,
+          lease_seconds: float = LEASE_SECONDS) -> Lease | None:
+    """Atomically take one due workflow under a new lease; None if it is no longer due."""
+    return grant(journal.conn, workflow_id, owner or new_owner(), lease_seconds)
 
 
-def run_due(journal: Journal, log=print) -> int:
-    """One pass: send the outbox, run every workflow due at the start of the pass once; return how much was done."""
-    ran = dispatch_outbox(journal, log)
+def run_due(journal: Journal, log=print, owner: str | None = None, lease_seconds: float = LEASE_SECONDS,
+            leases: bool = True) -> int:
+    """One pass: send the outbox, take back abandoned workflows, run each due workflow once; how much was done."""
+    owner = owner or new_owner()
+    done = dispatch_outbox(journal, log)
+    if leases:
+        for workflow_id in recover_abandoned(journal):
+            log(f"{workflow_id}: recovered")
     for workflow_id in due_workflows(journal):
-        if not claim(journal, workflow_id):
+        lease = claim(journal, workflow_id, owner, lease_seconds)
+        if lease is None:  # another worker took it first
             continue
-        ran += 1
+        done += 1
         try:
-            run_workflow(journal, workflow_id)
+            run_workflow(journal, workflow_id, lease, fenced=leases)
         except WorkflowError as error:
             log(f"{workflow_id}: {error}")
         except Exception as error:  # the workflow is marked failed; the worker goes on
             log(f"{workflow_id}: failed: {type(error).__name__}: {error}")
-        log(f"{workflow_id}: {journal.workflow(workflow_id)['status']}")
-    return ran
+        row = journal.workflow(workflow_id)
+        if leases and row["fencing_token"] != lease.token:
+            log(f"{workflow_id}: lease lost to token {row['fencing_token']}; this worker stopped working on it")
+        else:
+            log(f"{workflow_id}: {row['status']}")
+    return done
 
 
-def run_worker(db_path: str | Path, *, once: bool = False, until_idle: bool = False,
-               poll: float = 0.2, log=print) -> int:
+def run_worker(db_path: str | Path, *, once: bool = False, until_idle: bool = False, poll: float = 0.2,
+               lease_seconds: float = LEASE_SECONDS, leases: bool = True, log=print) -> int:
     """Run due workflows until SIGTERM (or after one pass, or once nothing is due); return how many runs."""
     journal = Journal(db_path)
-    for workflow_id in recover_abandoned(journal):
-        log(f"{workflow_id}: recovered")
+    owner = new_owner()
+    if not leases:
+        for workflow_id in recover_abandoned(journal, assume_dead=True):
+            log(f"{workflow_id}: recovered")
     stopping = []
     previous = signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     runs = 0
     try:
         while not stopping:
-            ran = run_due(journal, log)
+            ran = run_due(journal, log, owner, lease_seconds, leases)
             runs += ran
             if once or (until_idle and ran == 0):
                 break
@@ -95,4 +99,3 @@ def run_worker(db_path: str | Path, *, once: bool = False, until_idle: bool = Fa
         signal.signal(signal.SIGTERM, previous)
     log("worker stopped" + (" (SIGTERM)" if stopping else ""))
     return runs
-

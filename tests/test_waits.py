@@ -11,7 +11,7 @@ import pytest
 
 import durable_kit
 import durable_kit.agents  # noqa: F401  (registers research_report and reviewed_report)
-from durable_kit import Journal, WorkflowError, run_workflow
+from durable_kit import Journal, Workflow, WorkflowError, run_workflow
 from durable_kit import waits as waits_module
 from durable_kit.waits import DecisionConflict, NotWaiting, answer, approve, open_wait, reject, waits
 from durable_kit.worker import claim, due_workflows, run_due
@@ -74,7 +74,7 @@ def test_reaching_an_approval_saves_one_open_wait_and_no_run_time(journal, gated
 
     # Nothing is due: a worker has nothing to claim and nothing to hold.
     assert due_workflows(journal) == []
-    assert claim(journal, "g1") is False
+    assert claim(journal, "g1") is None
     before = dump(journal.path)
     assert run_due(journal, quiet) == 0
     assert dump(journal.path) == before
@@ -303,7 +303,7 @@ def test_a_timer_is_stored_once_and_passes_only_when_its_time_has_come(journal, 
 
     # Before its time: not due, not claimable, and a replay does not pass it or move it.
     assert due_workflows(journal) == []
-    assert claim(journal, "t1") is False
+    assert claim(journal, "t1") is None
     assert run_due(journal, quiet) == 0
     assert run_workflow(journal, "t1") is None
     assert waits(journal, "t1") == [wait]
@@ -449,18 +449,20 @@ def test_an_approval_saved_while_a_replay_reaches_the_wait_is_not_lost(journal, 
     saved and the workflow must still run on: not stay *waiting* with no run
     time and no open wait, where no worker will ever pick it up.
     """
-    real_immediate = waits_module.immediate
+    real_write = Workflow._write
     other = Journal(journal.path)  # the person's process
-    decided = []
+    decided, writes = [], []
 
     @contextmanager
-    def approval_lands_first(conn):
-        if conn is journal.conn and not decided:
+    def approval_lands_first(wf, *args, **kwargs):
+        # Write 1 is begin()'s replay_started; write 2 is wait_for's, after its first read of the wait.
+        writes.append(1)
+        if len(writes) == 2:
             decided.append(approve(other, "g1", "ana"))
-        with real_immediate(conn) as same:
-            yield same
+        with real_write(wf, *args, **kwargs) as conn:
+            yield conn
 
-    monkeypatch.setattr(waits_module, "immediate", approval_lands_first)
+    monkeypatch.setattr(Workflow, "_write", approval_lands_first)
     run_workflow(journal, "g1")
     monkeypatch.undo()
     assert decided == [{"approved": True, "by": "ana", "comment": ""}]

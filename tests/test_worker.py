@@ -86,9 +86,9 @@ def test_claim_is_atomic_across_connections(db):
     first, second = Journal(db), Journal(db)
     first.start("research_report", {"topic": "t"}, "wf-1")
     assert due_workflows(first) == due_workflows(second) == ["wf-1"]
-    assert claim(first, "wf-1") is True
-    assert claim(second, "wf-1") is False
-    assert claim(first, "wf-1") is False
+    assert claim(first, "wf-1").token == 1
+    assert claim(second, "wf-1") is None
+    assert claim(first, "wf-1") is None
     assert second.workflow("wf-1")["status"] == "running"
     assert due_workflows(second) == []
 
@@ -97,8 +97,8 @@ def test_claim_refuses_a_workflow_that_is_not_due(db):
     journal = Journal(db)
     journal.start("research_report", {"topic": "t"}, "later")
     journal.conn.execute("UPDATE workflows SET next_run_at = ? WHERE id = 'later'", (time.time() + 3600,))
-    assert claim(journal, "later") is False
-    assert claim(journal, "no-such-workflow") is False
+    assert claim(journal, "later") is None
+    assert claim(journal, "no-such-workflow") is None
     assert journal.workflow("later")["status"] == "pending"
 
 

@@ -66,7 +66,7 @@ def reviewed_report(wf: Workflow) -> dict:
     notifier = Notifier.beside(wf.db_path)
     notification = wf.execute_step(
         "notify", lambda: send_at_most_once(
-            wf.conn, wf.id, "notify",
+            wf, "notify",
             lambda key: notifier.send(recipient, f"{report['title']} is ready (approved by {decision['by']})", key)))
     return {"title": report["title"], "recommendation": recommendation["recommendation"],
             "approved_by": decision["by"],

@@ -130,3 +130,16 @@ def test_the_inspector_shows_steps_waits_and_history_and_refreshes(db):
     inspector.refresh_button.click()
     assert inspector.summary.value == "<p><b>r1 (reviewed_report): complete</b></p>"
     assert "notify" in inspector.steps.value
+
+
+def test_the_approval_panel_shows_a_structured_refund_recommendation(db):
+    journal = Journal(db)
+    journal.start("refund", {"order_id": "A-1002"}, "refund-1")
+    assert run_workflow(journal, "refund-1") is None
+    panel = widgets.ApprovalPanel(db, "refund-1")
+    assert "<li><b>why</b>: amount 420 is above 100</li>" in panel.request.value
+    assert "<li>order:A-1002</li><li>policy:defective</li>" in panel.request.value
+    panel.approver.value = "Priya"
+    panel.approve_button.click()
+    assert panel.result.value == "Saved: approved by Priya. Workflow status: pending."
+    assert run_workflow(journal, "refund-1")["approved_by"] == "Priya"

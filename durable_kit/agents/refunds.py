@@ -33,7 +33,7 @@ from ..faults import arm, trip
 from ..fakes.llm import MODEL_NAME, FakeLLM
 from ..fakes.notifier import Notifier
 from ..fakes.payments import Payments
-from ..fakes.sources import OrderDesk, load_refund_policy
+from ..fakes.sources import OrderDesk
 from ..journal import Journal, Workflow, workflow
 from ..ledger import Ledger
 from ..retries import InvalidRequest, RetryPolicy
@@ -53,9 +53,12 @@ def check_evidence(recommendation: dict, fetched: list[str]) -> dict:
     return recommendation
 
 
-def approval_reason(order: dict, recommendation: dict) -> str | None:
-    """Why a person must approve this refund, or None. Deterministic code, never the model's call."""
-    rules = load_refund_policy()["approval"]
+def approval_reason(order: dict, recommendation: dict, rules: dict) -> str | None:
+    """Why a person must approve this refund, or None. Deterministic code, never the model's call.
+
+    ``rules`` are the thresholds stored with the fetched policy, so every
+    replay decides the same way, even if the policy file changes meanwhile.
+    """
     if recommendation["amount"] > rules["auto_approve_up_to"]:
         return f"amount {recommendation['amount']:g} is above {rules['auto_approve_up_to']:g}"
     if order["reason"] in rules["always_review_reasons"]:
@@ -81,11 +84,12 @@ def refund_agent(wf: Workflow) -> dict:
         {"versions": versions, "evidence": fetched}, retry=RETRY,
         repair=lambda message: check_evidence(llm.recommend_refund(order, rule, fetched, message), fetched))
 
-    why = approval_reason(order, recommendation)
+    why = approval_reason(order, recommendation, rule["approval"])
     if why:
         decision = wf.wait_for_approval("approval", {"recommendation": recommendation, "why": why, "order": order})
         if not decision["approved"]:
-            wf.end("rejected", f"refund rejected by {decision['by']}: {decision['comment']}")
+            because = f": {decision['comment']}" if decision["comment"] else ""
+            wf.end("rejected", f"refund rejected by {decision['by']}{because}")
 
     refund = {"order_id": order_id, "amount": recommendation["amount"], "versions": versions}
     receipt = issue_refund(wf, strategy, refund)
@@ -118,7 +122,7 @@ def issue_refund(wf: Workflow, strategy: str, refund: dict) -> dict | None:
             conn, wf.id, "refund", lambda: payments.refund(order_id, amount, key)), refund)
     if strategy == "reservation":
         result = wf.execute_step("refund", lambda: send_at_most_once(
-            conn, wf.id, "refund", lambda key: payments.refund(order_id, amount, key)), refund)
+            wf, "refund", lambda key: payments.refund(order_id, amount, key)), refund)
         return result["receipt"] if result["sent"] else None
     result = wf.execute_step("refund", lambda: reconcile_then_send(
         conn, wf.id, "refund", lambda: next(iter(payments.refunds(order_id)), None),
@@ -136,7 +140,7 @@ def notify_customer(wf: Workflow, strategy: str, message: dict) -> bool:
     key = None if strategy == "naive" else effect_key(wf.id, "notify")
     if strategy == "reservation":
         return wf.execute_step("notify", lambda: send_at_most_once(
-            conn, wf.id, "notify", lambda k: notifier.send(message["to"], message["message"], k)), message)["sent"]
+            wf, "notify", lambda k: notifier.send(message["to"], message["message"], k)), message)["sent"]
     wf.execute_step("notify", lambda: send_guarded(
         conn, wf.id, "notify", lambda: notifier.send(message["to"], message["message"], key)), message)
     return True

@@ -68,10 +68,10 @@ class OrderDesk:
         return dict(orders[order_id])
 
     def fetch_policy_rule(self, reason: str) -> dict:
-        """The policy rule for a refund reason, with the policy's version."""
+        """The policy rule for a refund reason, with the policy's version and its approval thresholds."""
         policy = load_refund_policy()
         rule = next((r for r in policy["rules"] if r["reason"] == reason), None)
         if rule is None:
             raise KeyError(f"the refund policy has no rule for reason {reason!r}")
         self.ledger.record("source", f"fetch {rule['id']}", self.workflow_id)
-        return {**rule, "policy_version": policy["version"]}
+        return {**rule, "policy_version": policy["version"], "approval": policy["approval"]}

@@ -26,12 +26,13 @@ def calls_vs_artifacts(labels: Sequence[str], calls: Sequence[int], needed: Sequ
     repeated = [c - f for c, f in zip(calls, first)]
     xs = range(len(labels))
     width = 0.38
-    fig, ax = plt.subplots(figsize=(min(11.0, 0.7 * len(labels) + 4), 4.2))
+    crowded = len(labels) > 12
+    fig, ax = plt.subplots(figsize=(min(14.0 if crowded else 11.0, 0.7 * len(labels) + 4), 5.2 if crowded else 4.2))
     ax.bar([x - width / 2 for x in xs], first, width, color=NEEDED, label=f"{calls_label}, needed once")
     ax.bar([x - width / 2 for x in xs], repeated, width, bottom=first, color=REPEATED,
            label=f"{calls_label}, repeated")
     ax.bar([x + width / 2 for x in xs], stored, width, color=STORED, label=stored_label)
-    ax.set_xticks(list(xs), labels, rotation=25, ha="right")
+    ax.set_xticks(list(xs), labels, rotation=60 if crowded else 25, ha="right")
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("count")
     if xlabel:

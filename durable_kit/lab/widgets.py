@@ -9,6 +9,7 @@ Importing this module imports ipywidgets and pandas; ``import durable_kit`` does
 from __future__ import annotations
 
 import html
+import json
 import time
 from pathlib import Path
 
@@ -23,6 +24,16 @@ def _latest_wait(journal: Journal, workflow_id: str, kind: str) -> dict | None:
     # The open wait of this kind, or else the last one decided (so a panel can show what was decided).
     of_kind = [w for w in waits(journal, workflow_id) if w["kind"] == kind]
     return next((w for w in of_kind if w["status"] == "waiting"), of_kind[-1] if of_kind else None)
+
+
+def _text(value) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _describe_evidence(item) -> str:
+    if isinstance(item, dict) and {"subtopic", "finding"} <= item.keys():
+        return f"<b>{html.escape(item['subtopic'])}</b>: {html.escape(item['finding'])}"
+    return html.escape(_text(item))
 
 
 class ApprovalPanel(widgets.VBox):
@@ -50,12 +61,17 @@ class ApprovalPanel(widgets.VBox):
     def _render(self, wait: dict | None) -> str:
         if wait is None:
             return f"<p>Workflow <code>{html.escape(self.workflow_id)}</code> has not asked for an approval.</p>"
-        request = wait["request"]
-        evidence = "".join(f"<li><b>{html.escape(e['subtopic'])}</b>: {html.escape(e['finding'])}</li>"
-                           for e in request.get("evidence", []))
+        request = dict(wait["request"])
+        recommendation = request.pop("recommendation", None)
+        if isinstance(recommendation, dict):  # a structured recommendation: its fields become the request's
+            request = {**recommendation, **request}
+            recommendation = request.pop("rationale", "")
+        evidence = "".join(f"<li>{_describe_evidence(e)}</li>" for e in request.pop("evidence", []))
+        details = "".join(f"<li><b>{html.escape(str(key))}</b>: {html.escape(_text(value))}</li>"
+                          for key, value in request.items())
         return (f"<h4>Workflow {html.escape(self.workflow_id)} asks for approval</h4>"
-                f"<p><b>Recommendation</b> (confidence {request.get('confidence')}): "
-                f"{html.escape(request['recommendation'])}</p><p><b>Evidence</b></p><ul>{evidence}</ul>")
+                f"<p><b>Recommendation</b>: {html.escape(_text(recommendation))}</p>"
+                f"<ul>{details}</ul><p><b>Evidence</b></p><ul>{evidence}</ul>")
 
     def _decide(self, decide) -> None:
         try:

@@ -125,6 +125,7 @@ def cmd_worker(args) -> int:
     if args.module:
         load_module(args.module)
     run_worker(args.db, once=args.once, until_idle=args.until_idle, poll=args.poll,
+               lease_seconds=args.lease_seconds, leases=not args.no_leases, trust_pids=not args.expiry_only,
                log=lambda message: print(message, flush=True))
     return 0
 
@@ -144,6 +145,8 @@ def cmd_checkpoint_agent(args) -> int:
     return 0
 
 
+WORKER_KEYS = ("scenario", "workers", "workflows", "activity_runs", "duplicate_runs", "stale_writes_rejected",
+               "takeover_seconds")
 MATRIX_KEYS = ("strategy", "crash_point", "payment_calls", "refunds_at_destination", "receipts_stored",
                "notifications_delivered", "status")
 
@@ -154,10 +157,14 @@ def cmd_demo(args) -> int:
             from .agents.checkpoints import run_all, summary_rows
 
             rows = summary_rows(run_all(folder))
-        else:
+        elif args.name == "refunds":
             from .agents.refunds import crash_matrix
 
             rows = [{key: row[key] for key in MATRIX_KEYS} for row in crash_matrix(folder)]
+        else:
+            from .agents.shared_work import run_all as worker_scenarios
+
+            rows = [{key: row[key] for key in WORKER_KEYS} for row in worker_scenarios(folder)]
     if args.json:
         print(json.dumps(rows))
     else:
@@ -250,6 +257,14 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--once", action="store_true", help="one pass over the workflows due now, then stop")
     mode.add_argument("--until-idle", action="store_true", help="stop when nothing is due")
     worker.add_argument("--poll", type=float, default=0.2, help="seconds between looks when nothing is due")
+    worker.add_argument("--lease-seconds", type=float, default=10.0,
+                        help="how long a claim lasts without a heartbeat (renewed every third of it)")
+    worker.add_argument("--expiry-only", action="store_true",
+                        help="take over a dead worker's workflows only when its lease expires, even if its process "
+                             "is visibly gone from this machine (as workers on other machines must)")
+    worker.add_argument("--no-leases", action="store_true",
+                        help="UNSAFE, for notebook 06's demonstration: take back every running workflow at start "
+                             "and write without fencing tokens")
     worker.add_argument("--module", help="a Python file that registers more workflows")
     worker.set_defaults(handler=cmd_worker)
 
@@ -267,8 +282,9 @@ def build_parser() -> argparse.ArgumentParser:
     agent.set_defaults(handler=cmd_checkpoint_agent)
 
     demo = commands.add_parser("demo", help="run a notebook's scenarios in real child processes")
-    demo.add_argument("name", choices=["checkpoints", "refunds"],
-                      help="checkpoints: notebook 01's seven scenarios; refunds: notebook 05's crash matrix")
+    demo.add_argument("name", choices=["checkpoints", "refunds", "workers"],
+                      help="checkpoints: notebook 01's seven scenarios; refunds: notebook 05's crash matrix; "
+                           "workers: notebook 06's four scenarios with two worker processes")
     demo.add_argument("--json", action="store_true", help="print one JSON array")
     demo.set_defaults(handler=cmd_demo)
 

@@ -403,7 +403,9 @@ def run_workflow(journal: Journal, workflow_id: str, lease: Lease | None = None,
             f"workflow {workflow_id!r} is of kind {row['kind']!r}, which no imported module registered; "
             f"known kinds: {sorted(WORKFLOWS)}. Import the module that defines it (or pass --module FILE)."
         )
-    if lease is None and fenced:
+    if not fenced:
+        lease = None
+    elif lease is None:
         lease = grant(journal.conn, workflow_id, new_owner(), only_if_due=False)
     try:
         with Heartbeat(journal.path, lease) if lease else nullcontext():

@@ -77,13 +77,19 @@ def grant(conn: sqlite3.Connection, workflow_id: str, owner: str, seconds: float
     ``only_if_due=False`` takes the workflow whatever its status (a person's
     ``run`` command): the new token fences out any current owner.
     """
+    with immediate(conn):
+        return grant_in_transaction(conn, workflow_id, owner, seconds, only_if_due)
+
+
+def grant_in_transaction(conn: sqlite3.Connection, workflow_id: str, owner: str, seconds: float,
+                         only_if_due: bool = True) -> Lease | None:
+    """``grant``, inside the caller's ``BEGIN IMMEDIATE`` transaction."""
     sql = (f"UPDATE workflows SET status = 'running', owner = ?, lease_expires_at = {DB_NOW} + ?,"
            " fencing_token = fencing_token + 1, updated_at = ? WHERE id = ?")
     args = [owner, seconds, now(), workflow_id]
     if only_if_due:
         sql, args = sql + " AND status IN ('pending', 'waiting') AND next_run_at <= ?", args + [now()]
-    with immediate(conn):
-        row = conn.execute(sql + " RETURNING fencing_token", args).fetchone()
+    row = conn.execute(sql + " RETURNING fencing_token", args).fetchone()
     return None if row is None else Lease(workflow_id, owner, row["fencing_token"], seconds)
 
 
@@ -112,11 +118,14 @@ def release(conn: sqlite3.Connection, lease: Lease) -> None:
                      (lease.workflow_id, lease.token))
 
 
-def revoke_abandoned(conn: sqlite3.Connection, assume_dead: bool = False) -> list[tuple[str, str]]:
+def revoke_abandoned(conn: sqlite3.Connection, assume_dead: bool = False,
+                     trust_pids: bool = True) -> list[tuple[str, str]]:
     """Make *running* workflows whose owner is gone or whose lease expired *pending*; return (id, why) pairs.
 
     Revoking bumps the token, so the old owner's writes are refused from now
-    on. ``assume_dead=True`` takes back every running workflow: the unsafe
+    on. ``trust_pids=False`` waits for the lease to expire even when the
+    owner's process is visibly gone, as workers on other machines must.
+    ``assume_dead=True`` takes back every running workflow: the unsafe
     single-worker assumption of notebooks 03 to 05, kept to show its failure.
     """
     revoked = []
@@ -128,7 +137,7 @@ def revoke_abandoned(conn: sqlite3.Connection, assume_dead: bool = False) -> lis
                 why = "assumed abandoned (no leases)"
             elif row["owner"] is None or row["expired"]:
                 why = "its lease expired"
-            elif owner_is_gone(row["owner"]):
+            elif trust_pids and owner_is_gone(row["owner"]):
                 why = "its owner's process is gone"
             else:
                 continue

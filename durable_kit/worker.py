@@ -20,13 +20,13 @@ from pathlib import Path
 
 from .effects import dispatch_outbox
 from .journal import WORKFLOWS, Journal, WorkflowError, run_workflow
-from .leases import LEASE_SECONDS, Lease, grant, new_owner, revoke_abandoned
-from .store import now
+from .leases import LEASE_SECONDS, Lease, grant, grant_in_transaction, new_owner, revoke_abandoned
+from .store import immediate, now
 
 
-def recover_abandoned(journal: Journal, assume_dead: bool = False) -> list[str]:
+def recover_abandoned(journal: Journal, assume_dead: bool = False, trust_pids: bool = True) -> list[str]:
     """Make *running* workflows whose owner died (or, with ``assume_dead``, all of them) pending; their ids."""
-    return [workflow_id for workflow_id, _ in revoke_abandoned(journal.conn, assume_dead)]
+    return [workflow_id for workflow_id, _ in revoke_abandoned(journal.conn, assume_dead, trust_pids)]
 
 
 def due_workflows(journal: Journal) -> list[str]:
@@ -49,18 +49,34 @@ def claim(journal: Journal, workflow_id: str, owner: str | None = None,
     return grant(journal.conn, workflow_id, owner or new_owner(), lease_seconds)
 
 
+def claim_next(journal: Journal, owner: str, lease_seconds: float = LEASE_SECONDS,
+               skip: set[str] = frozenset()) -> Lease | None:
+    """Atomically take the soonest due workflow this process can run (not in ``skip``); None if none is.
+
+    Choosing and claiming happen in one transaction, so workers sharing a
+    database never queue up on claims that another worker already won.
+    """
+    kinds, skipped = sorted(WORKFLOWS), sorted(skip)
+    with immediate(journal.conn):
+        row = journal.conn.execute(
+            "SELECT id FROM workflows WHERE status IN ('pending', 'waiting') AND next_run_at <= ?"
+            f" AND kind IN ({', '.join('?' * len(kinds))}) AND id NOT IN ({', '.join('?' * len(skipped))})"
+            " ORDER BY next_run_at, id LIMIT 1", (now(), *kinds, *skipped)).fetchone()
+        return None if row is None else grant_in_transaction(journal.conn, row["id"], owner, lease_seconds)
+
+
 def run_due(journal: Journal, log=print, owner: str | None = None, lease_seconds: float = LEASE_SECONDS,
-            leases: bool = True) -> int:
+            leases: bool = True, trust_pids: bool = True) -> int:
     """One pass: send the outbox, take back abandoned workflows, run each due workflow once; how much was done."""
     owner = owner or new_owner()
     done = dispatch_outbox(journal, log)
     if leases:
-        for workflow_id in recover_abandoned(journal):
+        for workflow_id in recover_abandoned(journal, trust_pids=trust_pids):
             log(f"{workflow_id}: recovered")
-    for workflow_id in due_workflows(journal):
-        lease = claim(journal, workflow_id, owner, lease_seconds)
-        if lease is None:  # another worker took it first
-            continue
+    ran: set[str] = set()
+    while (lease := claim_next(journal, owner, lease_seconds, ran)) is not None:
+        workflow_id = lease.workflow_id
+        ran.add(workflow_id)  # once per pass, even if it is due again at once
         done += 1
         try:
             run_workflow(journal, workflow_id, lease, fenced=leases)
@@ -77,7 +93,8 @@ def run_due(journal: Journal, log=print, owner: str | None = None, lease_seconds
 
 
 def run_worker(db_path: str | Path, *, once: bool = False, until_idle: bool = False, poll: float = 0.2,
-               lease_seconds: float = LEASE_SECONDS, leases: bool = True, log=print) -> int:
+               lease_seconds: float = LEASE_SECONDS, leases: bool = True, trust_pids: bool = True,
+               log=print) -> int:
     """Run due workflows until SIGTERM (or after one pass, or once nothing is due); return how many runs."""
     journal = Journal(db_path)
     owner = new_owner()
@@ -89,7 +106,7 @@ def run_worker(db_path: str | Path, *, once: bool = False, until_idle: bool = Fa
     runs = 0
     try:
         while not stopping:
-            ran = run_due(journal, log, owner, lease_seconds, leases)
+            ran = run_due(journal, log, owner, lease_seconds, leases, trust_pids)
             runs += ran
             if once or (until_idle and ran == 0):
                 break

@@ -6,3 +6,4 @@ them by name.
 from . import research  # noqa: F401  (registers the research_report workflow)
 from . import failures  # noqa: F401  (registers the failure_demo workflow)
 from . import refunds  # noqa: F401  (registers the refund workflow and its outbox destinations)
+from . import shared_work  # noqa: F401  (registers the shared_work workflow)

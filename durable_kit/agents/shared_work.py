@@ -1,0 +1,182 @@
+"""Notebook 06: many workers, one database. Who runs each step, and how often?
+
+The ``shared_work`` workflow has a few slow steps; each execution of a step is
+recorded in the ledger as an ``activity`` call the moment it starts, so a step
+that runs twice (on two workers, or again after a takeover) is counted twice
+even if one of them never commits.
+
+The scenarios run real worker processes (``python -m durable_kit worker``)
+against one database and return one row each, with the keys
+``scenario, workers, workflows, activity_runs, duplicate_runs,
+stale_writes_rejected, takeover_seconds``.
+"""
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+from ..journal import Journal, Workflow, workflow
+from ..ledger import Ledger
+
+
+@workflow("shared_work")
+def shared_work(wf: Workflow) -> dict:
+    """``steps`` steps, each recorded as it starts and then ``seconds`` long."""
+    ledger = Ledger.beside(wf.db_path)
+
+    def work(number: int) -> dict:
+        ledger.record("activity", f"work:{number}", wf.id)
+        time.sleep(wf.input["seconds"])
+        return {"step": number}
+
+    for number in range(1, wf.input["steps"] + 1):
+        wf.execute_step(f"work:{number}", lambda n=number: work(n))
+    return {"steps": wf.input["steps"]}
+
+
+def start_work(db: str | Path, workflows: int, steps: int, seconds: float) -> list[str]:
+    """Start ``workflows`` shared_work workflows (ids w001, w002, ...); return their ids."""
+    journal = Journal(db)
+    ids = [journal.start("shared_work", {"steps": steps, "seconds": seconds}, f"w{n:03d}")
+           for n in range(1, workflows + 1)]
+    journal.conn.close()
+    return ids
+
+
+def popen_worker(db: str | Path, *options: str) -> subprocess.Popen:
+    """One worker in a new process; its log goes to a pipe."""
+    return subprocess.Popen([sys.executable, "-m", "durable_kit", "worker", "--db", str(db), "--poll", "0.05",
+                             *options], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 60.0, what: str = "the condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"gave up waiting for {what} after {timeout:g} s")
+        time.sleep(0.02)
+
+
+def activity_runs(db: str | Path) -> tuple[int, int]:
+    """(step executions started, executions beyond the first of each step), from the ledger."""
+    ledger = Ledger.beside(db)
+    runs = [(c["workflow_id"], c["operation"]) for c in ledger.calls("activity")]
+    ledger.close()
+    return len(runs), len(runs) - len(set(runs))
+
+
+def all_complete(db: str | Path) -> bool:
+    journal = Journal(db)
+    try:
+        return journal.conn.execute("SELECT COUNT(*) FROM workflows WHERE status != 'complete'").fetchone()[0] == 0
+    finally:
+        journal.conn.close()
+
+
+def count_events(db: str | Path, event: str) -> int:
+    journal = Journal(db)
+    try:
+        return journal.conn.execute("SELECT COUNT(*) FROM history WHERE event = ?", (event,)).fetchone()[0]
+    finally:
+        journal.conn.close()
+
+
+def finish(*workers: subprocess.Popen) -> list[str]:
+    """Stop the workers that are still running (SIGTERM) and return everything they wrote to stderr."""
+    errors = []
+    for worker in workers:
+        if worker.poll() is None:
+            worker.send_signal(signal.SIGTERM)
+        _, stderr = worker.communicate(timeout=30)
+        errors.append(stderr)
+    return errors
+
+
+def row(scenario: str, db: Path, workers: int, workflows: int, takeover: float | None = None) -> dict:
+    runs, duplicates = activity_runs(db)
+    return {"scenario": scenario, "workers": workers, "workflows": workflows, "activity_runs": runs,
+            "duplicate_runs": duplicates, "stale_writes_rejected": count_events(db, "stale_write_refused"),
+            "takeover_seconds": None if takeover is None else round(takeover, 2)}
+
+
+def two_workers(folder: str | Path, leases: bool, workflows: int = 3, steps: int = 3, seconds: float = 0.3) -> dict:
+    """Worker A starts; once it runs a step, worker B starts. Without leases B takes back what A is running."""
+    db = Path(folder) / ("leases.db" if leases else "no_leases.db")
+    start_work(db, workflows, steps, seconds)
+    options = ("--until-idle",) if leases else ("--until-idle", "--no-leases")
+    first = popen_worker(db, *options)
+    wait_until(lambda: activity_runs(db)[0] >= 1, what="worker A's first step")
+    second = popen_worker(db, *options)
+    errors = [worker.communicate(timeout=60)[1] for worker in (first, second)]
+    if not all_complete(db) or any("Traceback" in e for e in errors):
+        raise RuntimeError(f"two_workers(leases={leases}) did not finish cleanly:\n" + "\n".join(errors))
+    return row("leases" if leases else "no_leases", db, 2, workflows)
+
+
+def sigkill_takeover(folder: str | Path, lease_seconds: float = 1.0, steps: int = 3, seconds: float = 0.4) -> dict:
+    """Kill the owner mid-step; a second worker takes over when the lease expires. Returns the takeover time."""
+    db = Path(folder) / "sigkill.db"
+    start_work(db, 1, steps, seconds)
+    options = ("--lease-seconds", str(lease_seconds), "--expiry-only")
+    owner = popen_worker(db, *options)
+    wait_until(lambda: activity_runs(db)[0] >= 2, what="the owner's second step")
+    standby = popen_worker(db, *options)
+    owner.kill()
+    killed_at = time.time()
+    owner.communicate()
+    wait_until(lambda: all_complete(db), what="the takeover")
+    finish(standby)
+    journal = Journal(db)
+    (recovered_at,) = [e["at"] for e in journal.history("w001") if e["event"] == "recovered"]
+    journal.conn.close()
+    return row("sigkill_takeover", db, 2, 1, recovered_at - killed_at)
+
+
+def sigstop_fencing(folder: str | Path, lease_seconds: float = 0.6, steps: int = 2, seconds: float = 0.8) -> dict:
+    """Pause the owner past its lease; another worker takes over and finishes; the woken owner's write is refused."""
+    db = Path(folder) / "sigstop.db"
+    start_work(db, 1, steps, seconds)
+    options = ("--lease-seconds", str(lease_seconds))
+    owner = popen_worker(db, "--until-idle", *options)
+    wait_until(lambda: activity_runs(db)[0] >= 1, what="the owner's first step")
+    owner.send_signal(signal.SIGSTOP)
+    stopped_at = time.time()
+    standby = popen_worker(db, *options)
+    wait_until(lambda: all_complete(db), what="the takeover")
+    owner.send_signal(signal.SIGCONT)
+    owner_log, owner_errors = owner.communicate(timeout=30)
+    finish(standby)
+    journal = Journal(db)
+    (recovered_at,) = [e["at"] for e in journal.history("w001") if e["event"] == "recovered"]
+    journal.conn.close()
+    if "lease lost" not in owner_log:
+        raise RuntimeError(f"the paused owner did not report its lost lease:\n{owner_log}\n{owner_errors}")
+    return row("sigstop_fencing", db, 2, 1, recovered_at - stopped_at)
+
+
+def run_all(folder: str | Path) -> list[dict]:
+    """The four demonstrations of notebook 06, in order."""
+    return [two_workers(folder, leases=False), two_workers(folder, leases=True),
+            sigkill_takeover(folder), sigstop_fencing(folder)]
+
+
+def contention(folder: str | Path, workers: int, workflows: int = 200, steps: int = 3) -> dict:
+    """``workers`` processes on ``workflows`` workflows of instant steps: throughput, duplicates, busy errors."""
+    db = Path(folder) / f"contention-{workers}.db"
+    start_work(db, workflows, steps, 0.0)
+    procs = [popen_worker(db, "--until-idle") for _ in range(workers)]
+    outcomes = [(p.communicate(timeout=600), p.returncode) for p in procs]
+    runs, duplicates = activity_runs(db)
+    ledger = Ledger.beside(db)  # from the first step's start to the last one's: process start-up is not counted
+    first, last = ledger.conn.execute("SELECT MIN(at), MAX(at) FROM calls").fetchone()
+    ledger.close()
+    elapsed = max(last - first, 1e-9)
+    busy = sum("locked" in stderr or "busy" in stderr for (_, stderr), _ in outcomes)
+    failed = sum(code != 0 for _, code in outcomes)
+    return {"workers": workers, "workflows": workflows, "steps": workflows * steps, "complete": all_complete(db),
+            "steps_per_second": round(runs / elapsed, 1), "duplicate_runs": duplicates,
+            "busy_errors": busy, "failed_workers": failed}

@@ -439,3 +439,16 @@ def test_a_crash_between_send_and_mark_sends_twice_and_the_keyed_destination_kee
     assert (wf["status"], wf["output"]) == ("complete", {"delivery": 1, "recipient": "ops@example.com"})
     history = events(journal, "o1")
     assert (history.count("outbox_enqueued"), history.count("outbox_sent"), history.count("fault_fired")) == (1, 1, 1)
+
+
+def test_a_payment_service_refuses_a_lower_fencing_token_for_the_same_order(db):
+    from durable_kit.fakes.payments import StaleToken
+
+    payments = Payments.beside(db, accepts_keys=False)
+    assert payments.refund("A-1001", 89.0, fencing_token=2)["refund_id"] == "R-0001"
+    with pytest.raises(StaleToken, match="order A-1001: fencing token 1 is older than 2"):
+        payments.refund("A-1001", 89.0, fencing_token=1)  # the paused, superseded worker
+    assert [r["refund_id"] for r in payments.refunds()] == ["R-0001"]
+    assert payments.refund("A-1002", 420.0, fencing_token=1)["refund_id"] == "R-0002"  # tokens are per order
+    assert payments.refund("A-1001", 89.0, fencing_token=3)["refund_id"] == "R-0003"
+    assert payments.request_count() == 4

@@ -21,6 +21,10 @@ CREATE TABLE IF NOT EXISTS requests (
     amount   REAL NOT NULL,
     at       REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS fences (
+    order_id TEXT PRIMARY KEY,
+    token    INTEGER NOT NULL  -- the highest fencing token seen for this order
+);
 CREATE TABLE IF NOT EXISTS refunds (
     refund_id TEXT PRIMARY KEY,
     key       TEXT UNIQUE,
@@ -33,6 +37,10 @@ CREATE TABLE IF NOT EXISTS refunds (
 
 class KeyReused(ValueError):
     """An idempotency key came back with different parameters; nothing was refunded."""
+
+
+class StaleToken(ValueError):
+    """A request carried a lower fencing token than one already seen for the order; nothing was refunded."""
 
 
 def payments_path(db_path: str | Path) -> Path:
@@ -52,11 +60,23 @@ class Payments:
         """The payment service that belongs to the journal at ``db_path``."""
         return cls(payments_path(db_path), accepts_keys)
 
-    def refund(self, order_id: str, amount: float, key: str | None = None) -> dict:
-        """Refund ``amount`` on ``order_id``; with a key (and ``accepts_keys``), at most one refund per key."""
+    def refund(self, order_id: str, amount: float, key: str | None = None, fencing_token: int | None = None) -> dict:
+        """Refund ``amount`` on ``order_id``; with a key (and ``accepts_keys``), at most one refund per key.
+
+        With a ``fencing_token`` (the caller's lease token), a request whose
+        token is lower than one already seen for the order is refused: a
+        paused worker that lost its lease cannot pay after its successor.
+        """
         self.conn.execute("INSERT INTO requests (key, order_id, amount, at) VALUES (?, ?, ?, ?)",
                           (key, order_id, amount, now()))  # counted on arrival, whatever happens next
         with immediate(self.conn):
+            if fencing_token is not None:
+                seen = self.conn.execute("SELECT token FROM fences WHERE order_id = ?", (order_id,)).fetchone()
+                if seen is not None and fencing_token < seen["token"]:
+                    raise StaleToken(f"order {order_id}: fencing token {fencing_token} is older than {seen['token']};"
+                                     " the sender lost its lease, so nothing was refunded.")
+                self.conn.execute("INSERT INTO fences (order_id, token) VALUES (?, ?) ON CONFLICT (order_id)"
+                                  " DO UPDATE SET token = excluded.token", (order_id, fencing_token))
             if self.accepts_keys and key is not None:
                 earlier = self.conn.execute("SELECT * FROM refunds WHERE key = ?", (key,)).fetchone()
                 if earlier is not None:

@@ -67,7 +67,16 @@ def owner_is_gone(owner: str | None) -> bool:
         return True
     except PermissionError:  # it exists, under another user
         return False
-    return False
+    return _is_zombie(int(pid))
+
+
+def _is_zombie(pid: int) -> bool:
+    # A killed process whose parent has not collected it yet still has a pid: it is dead all the same.
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:  # no /proc (macOS), or it just went away
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
 
 
 def grant(conn: sqlite3.Connection, workflow_id: str, owner: str, seconds: float = LEASE_SECONDS,

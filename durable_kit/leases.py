@@ -137,24 +137,32 @@ def revoke_abandoned(conn: sqlite3.Connection, assume_dead: bool = False,
     ``assume_dead=True`` takes back every running workflow: the unsafe
     single-worker assumption of notebooks 03 to 05, kept to show its failure.
     """
+    select = (f"SELECT id, owner, lease_expires_at < {DB_NOW} AS expired FROM workflows"
+              " WHERE status = 'running' ORDER BY id")
+    if not any(_abandoned(row, assume_dead, trust_pids) for row in conn.execute(select)):
+        return []  # looked without the write lock: the usual case costs no lock at all
     revoked = []
     with immediate(conn):
-        rows = conn.execute(f"SELECT id, owner, lease_expires_at < {DB_NOW} AS expired FROM workflows"
-                            " WHERE status = 'running' ORDER BY id").fetchall()
-        for row in rows:
-            if assume_dead:
-                why = "assumed abandoned (no leases)"
-            elif row["owner"] is None or row["expired"]:
-                why = "its lease expired"
-            elif trust_pids and owner_is_gone(row["owner"]):
-                why = "its owner's process is gone"
-            else:
+        for row in conn.execute(select).fetchall():  # again, under the lock
+            why = _abandoned(row, assume_dead, trust_pids)
+            if why is None:
                 continue
             conn.execute("UPDATE workflows SET status = 'pending', owner = NULL, lease_expires_at = NULL,"
                          " fencing_token = fencing_token + 1, updated_at = ? WHERE id = ?", (now(), row["id"]))
             append_event(conn, row["id"], None, "recovered", why)
             revoked.append((row["id"], why))
     return revoked
+
+
+def _abandoned(row, assume_dead: bool, trust_pids: bool) -> str | None:
+    # Why a running workflow's owner no longer counts, or None if it still does.
+    if assume_dead:
+        return "assumed abandoned (no leases)"
+    if row["owner"] is None or row["expired"]:
+        return "its lease expired"
+    if trust_pids and owner_is_gone(row["owner"]):
+        return "its owner's process is gone"
+    return None
 
 
 class Heartbeat:

@@ -403,10 +403,11 @@ def run_workflow(journal: Journal, workflow_id: str, lease: Lease | None = None,
             f"workflow {workflow_id!r} is of kind {row['kind']!r}, which no imported module registered; "
             f"known kinds: {sorted(WORKFLOWS)}. Import the module that defines it (or pass --module FILE)."
         )
+    claimed = lease  # released at the end, fenced or not
     if not fenced:
         lease = None
     elif lease is None:
-        lease = grant(journal.conn, workflow_id, new_owner(), only_if_due=False)
+        lease = claimed = grant(journal.conn, workflow_id, new_owner(), only_if_due=False)
     try:
         with Heartbeat(journal.path, lease) if lease else nullcontext():
             wf = journal.open(workflow_id, lease)
@@ -424,6 +425,6 @@ def run_workflow(journal: Journal, workflow_id: str, lease: Lease | None = None,
             append_event(journal.conn, workflow_id, None, "stale_write_refused", str(lost))
         return None
     finally:
-        if lease:
-            release(journal.conn, lease)
+        if claimed:
+            release(journal.conn, claimed)
     return json.loads(to_json(output, workflow_id, None, "workflow's output"))

@@ -129,7 +129,9 @@ def dispatch_outbox(journal: "Journal", log: Callable[[str], None] = print) -> i
     """Send every pending outbox row with its key, then mark it sent and wake its workflow; return how many sent.
 
     At-least-once: a crash after a send and before its mark sends it again
-    on the next dispatch, with the same key. A destination not registered in
+    on the next dispatch, with the same key; two workers dispatching at once
+    may both send a row. Either way the destination's deduplication keeps
+    one effect. A destination not registered in
     this process, or one that raises, leaves the row pending for a later pass.
     """
     conn = journal.conn

@@ -1,9 +1,11 @@
 """Floor 7: one owner at a time. Leases, heartbeats and fencing tokens.
 
-A process owns a workflow through a lease: its name as owner, an expiry by the
-database's clock (``DB_NOW``, read inside ``BEGIN IMMEDIATE``, so every process
-agrees on it), and a fencing token that grows with every lease granted. While
-it replays, a heartbeat renews the lease about every third of its length.
+A process owns a workflow through a lease: its name as owner, an expiry by
+one clock (``DB_NOW``, computed by SQL inside ``BEGIN IMMEDIATE``: with SQLite
+that is this machine's clock, which every process sharing the file agrees on;
+a database server would offer its own), and a fencing token that grows with
+every lease granted. While it replays, a heartbeat renews the lease about
+every third of its length.
 
 A lease alone is not enough. A process that pauses (a SIGSTOP, a long garbage
 collection, a laptop lid) can wake after its lease expired and another owner
@@ -104,11 +106,11 @@ def grant_in_transaction(conn: sqlite3.Connection, workflow_id: str, owner: str,
 
 def check(conn: sqlite3.Connection, lease: Lease) -> None:
     """Inside a write transaction: raise ``LeaseLost`` unless ``lease`` still holds the current token."""
-    row = conn.execute("SELECT fencing_token, owner FROM workflows WHERE id = ?", (lease.workflow_id,)).fetchone()
+    row = conn.execute("SELECT fencing_token FROM workflows WHERE id = ?", (lease.workflow_id,)).fetchone()
     if row["fencing_token"] != lease.token:
         raise LeaseLost(
             f"workflow {lease.workflow_id!r}: this process's lease (token {lease.token}) was superseded by token "
-            f"{row['fencing_token']} ({row['owner'] or 'revoked'}); the write was refused and nothing changed.")
+            f"{row['fencing_token']}; the write was refused and nothing changed.")
 
 
 def renew(conn: sqlite3.Connection, lease: Lease) -> bool:

@@ -109,7 +109,7 @@ CREATE TABLE IF NOT EXISTS faults (
 """
 
 
-# Seconds since 1970 by the database's clock: one clock for every lease, whichever process asks.
+# Seconds since 1970, computed by SQL: one clock for every lease, whichever process on this machine asks.
 DB_NOW = "((julianday('now') - 2440587.5) * 86400.0)"
 
 

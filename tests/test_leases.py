@@ -185,7 +185,7 @@ def test_a_superseded_lease_writes_nothing(db, name):
         prepare(wf)
     grant(thief.conn, "w", THIEF, only_if_due=False)
     before, calls = dump(db), []
-    superseded = rf"'w': this process's lease \(token 1\) was superseded by token 2 \({THIEF}\)"
+    superseded = r"'w': this process's lease \(token 1\) was superseded by token 2; the write was refused"
     with pytest.raises(LeaseLost, match=superseded):
         write(wf, calls)
     assert dump(db) == before
@@ -253,7 +253,7 @@ def test_run_workflow_whose_lease_is_taken_over_returns_none_and_records_one_ref
     assert (swallowed, after) == ([], [])
     refusals = [e for e in journal.history("w") if e["event"] == "stale_write_refused"]
     assert len(refusals) == 1
-    assert "(token 1) was superseded by token 2 (thief:1:abcdef)" in refusals[0]["detail"]
+    assert "(token 1) was superseded by token 2; the write was refused" in refusals[0]["detail"]
     assert refusals[0]["pid"] == os.getpid()
     row = lease_row(journal.conn)
     # The new owner keeps its lease: the stale owner's release touched nothing.
@@ -770,7 +770,7 @@ def test_a_token_moved_under_a_running_worker(tmp_path, leases):
         assert activity_runs(db) == (1, 0)
     else:
         assert out.splitlines() == ["w001: lease lost to token 2; this worker stopped working on it", "worker stopped"]
-        assert len(refusals) == 1 and "(token 1) was superseded by token 2 (thief:1:abcdef)" in refusals[0]["detail"]
+        assert len(refusals) == 1 and "(token 1) was superseded by token 2; the write was refused" in refusals[0]["detail"]
         assert (wf["status"], wf["owner"], wf["output"], wf["fencing_token"]) == ("running", THIEF, None, 2)
         assert [(s["name"], s["status"]) for s in journal.steps("w001")] == [("work:1", "running")]
         assert activity_runs(db) == (1, 0)

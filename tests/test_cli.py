@@ -48,3 +48,31 @@ def test_arm_then_run_crashes_at_the_armed_point(tmp_path):
     finished = run_python("-m", "durable_kit", "run", "--db", str(db), "--workflow", "wf-1")
     assert finished.returncode == 0, finished.stderr
     assert json.loads(finished.stdout) == journal.workflow("wf-1")["output"]
+
+
+def test_help_lists_every_command_of_the_later_notebooks():
+    done = run_python("-m", "durable_kit", "--help")
+    for command in ("start", "status", "history", "approve", "reject", "answer", "worker", "fault"):
+        assert command in done.stdout
+
+
+def test_demo_workers_prints_exactly_the_documented_keys(monkeypatch, capsys):
+    from durable_kit import __main__ as cli
+    from durable_kit.agents import shared_work
+
+    row = {"scenario": "leases", "workers": 2, "workflows": 3, "activity_runs": 9, "duplicate_runs": 0,
+           "stale_writes_rejected": 0, "takeover_seconds": None, "extra": "not printed"}
+    monkeypatch.setattr(shared_work, "run_all", lambda folder: [row])  # the scenarios themselves: test_leases.py
+    assert cli.main(["demo", "workers", "--json"]) == 0
+    (printed,) = json.loads(capsys.readouterr().out)
+    assert list(printed) == ["scenario", "workers", "workflows", "activity_runs", "duplicate_runs",
+                             "stale_writes_rejected", "takeover_seconds"]
+
+
+def test_bench_workers_prints_throughput_by_worker_count_and_no_duplicates():
+    done = run_python("-m", "durable_kit.bench", "workers", "--json", "--workflows", "20")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert list(result["steps_per_second"]) == ["1", "2", "4", "8"]
+    assert all(value > 0 for value in result["steps_per_second"].values())
+    assert (result["duplicate_runs"], result["busy_errors"], result["all_complete"]) == (0, 0, True)

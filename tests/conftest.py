@@ -26,6 +26,19 @@ def run_python(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
+def make_due(db_path: Path, workflow_id: str) -> None:
+    """The scheduled time has come: move the workflow's and its steps' schedules one hour into the past."""
+    conn = sqlite3.connect(str(db_path), isolation_level=None, timeout=5)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("UPDATE steps SET next_attempt_at = next_attempt_at - 3600"
+                     " WHERE workflow_id = ? AND next_attempt_at IS NOT NULL", (workflow_id,))
+        conn.execute("UPDATE workflows SET next_run_at = next_run_at - 3600 WHERE id = ?", (workflow_id,))
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+
+
 @pytest.fixture
 def db(tmp_path: Path) -> Path:
     return tmp_path / "journal.db"

@@ -17,7 +17,7 @@ import pytest
 from durable_kit import Journal, Ledger, arm, immediate
 from durable_kit.agents.failures import ANSWER, CASES, describe, start_demo, work_until_settled
 
-from conftest import run_python
+from conftest import make_due, run_python
 
 
 def worker(db: Path, mode: str = "--until-idle") -> tuple[int, list[str]]:
@@ -25,16 +25,6 @@ def worker(db: Path, mode: str = "--until-idle") -> tuple[int, list[str]]:
     done = run_python("-m", "durable_kit", "worker", "--db", str(db), mode, timeout=60)
     assert done.returncode in (0, -signal.SIGKILL), done.stderr
     return done.returncode, done.stdout.splitlines()
-
-
-def make_due(db: Path, workflow_id: str) -> None:
-    """Move the workflow's and its steps' schedules one hour into the past: the wait is over."""
-    journal = Journal(db)
-    with immediate(journal.conn):
-        journal.conn.execute("UPDATE steps SET next_attempt_at = next_attempt_at - 3600"
-                             " WHERE workflow_id = ? AND next_attempt_at IS NOT NULL", (workflow_id,))
-        journal.conn.execute("UPDATE workflows SET next_run_at = next_run_at - 3600 WHERE id = ?", (workflow_id,))
-    journal.conn.close()
 
 
 def scheduled_delay(journal: Journal, workflow_id: str, step: str = "answer") -> float:

@@ -13,7 +13,7 @@ from durable_kit.journal import FINAL_STATUSES, Ended, Suspended
 from durable_kit.retries import (AmbiguousEffect, Decision, FormatFailure, InvalidRequest, PolicyDenied,
                                  RateLimited, RetryPolicy, Transient, decide)
 
-from conftest import dump
+from conftest import dump, make_due
 
 FAST = RetryPolicy(max_attempts=3, base_delay=0.2, max_delay=1.0)
 
@@ -60,14 +60,6 @@ def step(journal, workflow_id, name="call") -> dict:
 
 def events(journal, workflow_id) -> list[str]:
     return [e["event"] for e in journal.history(workflow_id)]
-
-
-def make_due(journal, workflow_id):
-    """Move the workflow's and its steps' scheduled times one hour into the past: the wait is over."""
-    with durable_kit.immediate(journal.conn):
-        journal.conn.execute("UPDATE steps SET next_attempt_at = next_attempt_at - 3600"
-                             " WHERE workflow_id = ? AND next_attempt_at IS NOT NULL", (workflow_id,))
-        journal.conn.execute("UPDATE workflows SET next_run_at = next_run_at - 3600 WHERE id = ?", (workflow_id,))
 
 
 def escalation(journal, workflow_id) -> dict:
@@ -239,7 +231,7 @@ def test_a_restart_keeps_the_schedule(journal, one_step, db):
     assert restarted.workflow(wid)["next_run_at"] == scheduled_at
     assert step(restarted, wid)["next_attempt_at"] == scheduled_at
 
-    make_due(restarted, wid)
+    make_due(restarted.path, wid)
     again = Journal(db)
     assert run_workflow(again, wid) == {"result": {"ok": True}}
     assert activity.calls == 2
@@ -261,10 +253,10 @@ def test_max_attempts_reached_escalates_with_every_attempts_error(journal, one_s
     activity = Script(Transient("timeout 1"), Transient("timeout 2"), Transient("timeout 3"), {"ok": True})
     wid = one_step(activity, retry=FAST)
     assert run_workflow(journal, wid) is None
-    make_due(journal, wid)
+    make_due(journal.path, wid)
     assert run_workflow(journal, wid) is None
     assert journal.workflow(wid)["status"] == "pending"
-    make_due(journal, wid)
+    make_due(journal.path, wid)
     assert run_workflow(journal, wid) is None
 
     assert activity.calls == 3
@@ -296,7 +288,7 @@ def test_a_spent_retry_budget_escalates_on_the_next_transient_failure(journal, o
     journal.conn.execute("UPDATE workflows SET retry_budget = 1 WHERE id = ?", (wid,))
     run_workflow(journal, wid)
     assert journal.workflow(wid)["status"] == "pending"
-    make_due(journal, wid)
+    make_due(journal.path, wid)
     run_workflow(journal, wid)
 
     assert activity.calls == 2
@@ -398,7 +390,7 @@ def test_a_retry_after_a_transient_failure_of_the_repair_repeats_the_repair_not_
     wid = one_step(activity, retry=FAST, repair=repair)
     assert run_workflow(journal, wid) is None
     assert step(journal, wid)["repair_message"] == "reference 12 was not returned by retrieval"
-    make_due(journal, wid)
+    make_due(journal.path, wid)
 
     assert run_workflow(Journal(db), wid) == {"result": {"references": [3, 7]}}  # a new replay, as after a restart
     assert activity.calls == 1
@@ -529,7 +521,7 @@ def test_a_retry_replays_completed_steps_without_running_them(journal, kinds):
 
     journal.start(kind, {}, "wf-1")
     assert run_workflow(journal, "wf-1") is None
-    make_due(journal, "wf-1")
+    make_due(journal.path, "wf-1")
     assert run_workflow(journal, "wf-1") == ["one", "two"]
     assert (first.calls, second.calls) == (1, 2)
     assert [(s["name"], s["attempts"]) for s in journal.steps("wf-1")] == [("a", 1), ("b", 2)]
@@ -565,7 +557,7 @@ def test_next_step_fail_under_a_retry_policy_schedules_a_retry(journal, one_step
     assert activity.calls == 0
     assert step(journal, wid)["status"] == "retrying"
     assert journal.workflow(wid)["status"] == "pending"
-    make_due(journal, wid)
+    make_due(journal.path, wid)
     assert run_workflow(journal, wid) == {"result": {"ok": True}}
     assert activity.calls == 1
 

@@ -12,11 +12,11 @@ import pytest
 
 import durable_kit
 import durable_kit.agents  # noqa: F401  (registers research_report for in-process runs)
-from durable_kit import Journal, Ledger, arm, immediate
+from durable_kit import Journal, Ledger, arm
 from durable_kit.retries import PolicyDenied, RateLimited, RetryPolicy, Transient
 from durable_kit.worker import claim, due_workflows, recover_abandoned, run_due, run_worker
 
-from conftest import ROOT, run_python
+from conftest import ROOT, make_due, run_python
 
 TOPIC = "supplier concentration risk"
 STEPS = 7  # plan, three subtopics, analyze, recommend, report: one model call each
@@ -41,15 +41,6 @@ def wait_for(condition, timeout: float = 15.0, what: str = "condition"):
             return value
         time.sleep(0.02)
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
-def make_due(db: Path, workflow_id: str) -> None:
-    """The retry's time has come: move every scheduled time one hour into the past."""
-    journal = Journal(db)
-    with immediate(journal.conn):
-        journal.conn.execute("UPDATE steps SET next_attempt_at = next_attempt_at - 3600"
-                             " WHERE workflow_id = ? AND next_attempt_at IS NOT NULL", (workflow_id,))
-        journal.conn.execute("UPDATE workflows SET next_run_at = next_run_at - 3600 WHERE id = ?", (workflow_id,))
 
 
 def steps(journal: Journal, workflow_id: str) -> dict:

@@ -33,6 +33,10 @@ from .store import DB_NOW, append_event, immediate, now
 
 LEASE_SECONDS = 10.0
 
+# When a workflow may be claimed: pending (new, decided, or at its retry time) or waiting on a timer that
+# has ended. A wait for a person has no run time (NULL), so it never matches. One parameter: now.
+DUE = "status IN ('pending', 'waiting') AND next_run_at <= ?"
+
 
 class LeaseLost(BaseException):
     """This process's lease on a workflow was granted to another owner; nothing was written.
@@ -99,7 +103,7 @@ def grant_in_transaction(conn: sqlite3.Connection, workflow_id: str, owner: str,
            " fencing_token = fencing_token + 1, updated_at = ? WHERE id = ?")
     args = [owner, seconds, now(), workflow_id]
     if only_if_due:
-        sql, args = sql + " AND status IN ('pending', 'waiting') AND next_run_at <= ?", args + [now()]
+        sql, args = f"{sql} AND {DUE}", args + [now()]
     row = conn.execute(sql + " RETURNING fencing_token", args).fetchone()
     return None if row is None else Lease(workflow_id, owner, row["fencing_token"], seconds)
 

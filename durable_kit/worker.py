@@ -20,7 +20,7 @@ from pathlib import Path
 
 from .effects import dispatch_outbox
 from .journal import WORKFLOWS, Journal, WorkflowError, run_workflow
-from .leases import LEASE_SECONDS, Lease, grant, grant_in_transaction, new_owner, revoke_abandoned
+from .leases import DUE, LEASE_SECONDS, Lease, grant, grant_in_transaction, new_owner, revoke_abandoned
 from .store import immediate, now
 
 
@@ -38,8 +38,7 @@ def due_workflows(journal: Journal) -> list[str]:
     A workflow of a kind no imported module registered is left for a worker that knows it.
     """
     rows = journal.conn.execute(
-        "SELECT id, kind FROM workflows WHERE status IN ('pending', 'waiting') AND next_run_at <= ?"
-        " ORDER BY next_run_at, id", (now(),))
+        f"SELECT id, kind FROM workflows WHERE {DUE} ORDER BY next_run_at, id", (now(),))
     return [r["id"] for r in rows if r["kind"] in WORKFLOWS]
 
 
@@ -59,7 +58,7 @@ def claim_next(journal: Journal, owner: str, lease_seconds: float = LEASE_SECOND
     kinds, skipped = sorted(WORKFLOWS), sorted(skip)
     with immediate(journal.conn):
         row = journal.conn.execute(
-            "SELECT id FROM workflows WHERE status IN ('pending', 'waiting') AND next_run_at <= ?"
+            f"SELECT id FROM workflows WHERE {DUE}"
             f" AND kind IN ({', '.join('?' * len(kinds))}) AND id NOT IN ({', '.join('?' * len(skipped))})"
             " ORDER BY next_run_at, id LIMIT 1", (now(), *kinds, *skipped)).fetchone()
         return None if row is None else grant_in_transaction(journal.conn, row["id"], owner, lease_seconds)

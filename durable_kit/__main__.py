@@ -49,26 +49,37 @@ def cmd_start(args) -> int:
 
 
 def cmd_decide(args) -> int:
-    """approve, reject and answer: save a person's decision and make the workflow runnable."""
-    from .journal import Journal, WorkflowError
-    from .waits import answer, approve, reject
+    """approve, reject and answer: save a person's decision on one wait and make the workflow runnable."""
+    from .errors import WorkflowError
+    from .journal import Journal
+    from .waits import answer, approve, describe_outcome, reject
 
     journal = Journal(args.db)
     try:
         if args.command == "answer":
-            decision = answer(journal, args.workflow, args.text, args.by)
+            result = answer(journal, args.workflow, args.text, args.by, wait=args.wait)
         else:
             decide = approve if args.command == "approve" else reject
-            decision = decide(journal, args.workflow, args.by, args.comment)
+            result = decide(journal, args.workflow, args.by, args.comment, wait=args.wait)
     except WorkflowError as error:
         print(json.dumps({"error": str(error)}) if args.json else f"error: {error}",
               file=sys.stdout if args.json else sys.stderr)
         return 2
     status = journal.workflow(args.workflow)["status"]
     if args.json:
-        print(json.dumps({"workflow_id": args.workflow, "decision": decision, "status": status}))
+        print(json.dumps({"workflow_id": args.workflow, "decision": result, "status": status}))
     else:
-        print(f"{args.workflow}: saved {decision}; status {status}")
+        print(f"{describe_outcome(args.workflow, result)}; status {status}")
+    return 0
+
+
+def cmd_resume(args) -> int:
+    """Resume a paused or failed workflow: the next worker replays it, reusing every completed step."""
+    from .journal import Journal
+
+    row = Journal(args.db).resume(args.workflow, args.by)
+    print(json.dumps({"workflow_id": args.workflow, "status": row["status"]}) if args.json
+          else f"{args.workflow}: {row['status']}; a worker will replay it, reusing every completed step")
     return 0
 
 
@@ -240,6 +251,8 @@ def build_parser() -> argparse.ArgumentParser:
         decide.add_argument("--workflow", required=True)
         decide.add_argument("--by", required=True, help="who decides (saved with the decision)")
         decide.add_argument("--comment", default="", help="why (optional)")
+        decide.add_argument("--wait", help="the approval wait you decide (see `status`); needed once a workflow "
+                                           "has had more than one, so a repeated command never decides a later one")
         decide.add_argument("--json", action="store_true")
         decide.set_defaults(handler=cmd_decide)
 
@@ -248,8 +261,17 @@ def build_parser() -> argparse.ArgumentParser:
     answer.add_argument("--workflow", required=True)
     answer.add_argument("--text", required=True, help="the answer")
     answer.add_argument("--by", required=True, help="who answers")
+    answer.add_argument("--wait", help="the question you answer (see `status`); needed once a workflow has asked "
+                                       "more than one")
     answer.add_argument("--json", action="store_true")
     answer.set_defaults(handler=cmd_decide)
+
+    resume = commands.add_parser("resume", help="resume a paused or failed workflow from its last completed step")
+    resume.add_argument("--db", required=True)
+    resume.add_argument("--workflow", required=True)
+    resume.add_argument("--by", required=True, help="who resumes it (saved in the history)")
+    resume.add_argument("--json", action="store_true")
+    resume.set_defaults(handler=cmd_resume)
 
     worker = commands.add_parser("worker", help="claim due workflows and run them; SIGTERM stops it cleanly")
     worker.add_argument("--db", required=True)
@@ -312,7 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from .journal import WorkflowError
+    from .errors import WorkflowError
 
     try:
         return args.handler(args)

@@ -17,12 +17,24 @@ strategy and state its guarantee:
   again, so the destination must deduplicate: at-least-once calls, one effect.
 * **Reconciliation** (``reconcile_then_send``): before sending, ask the
   destination whether the effect already happened. One effect, if the
-  destination can answer and nobody else acts on the same thing meanwhile.
+  destination can answer and nobody else acts on the same thing between the
+  question and the send. A paused owner that lost its lease may wake up
+  between the two: "list, then charge" is safe only if the destination also
+  checks the fencing token (``wf.fencing_token``) and refuses an older one.
 
-Keys are made from the workflow and the logical action (``"<workflow>:refund"``),
-never from the attempt, so every attempt of one action carries the same key.
-Fault points: ``before_send:<action>`` and ``after_send:<action>`` around
-every send, wherever it happens.
+Every helper takes the workflow handle first. Keys are made from the workflow
+and the logical action (``"<workflow>:refund"``), never from the attempt, so
+every attempt of one action carries the same key. Fault points:
+``before_send:<action>`` and ``after_send:<action>`` around every send made
+by these helpers (``send_guarded`` inside a step, the others by themselves,
+and the outbox dispatcher).
+
+Fencing. A journal write of a stale owner is refused by its token; a call
+it already started to the outside world is not. Pass ``wf.fencing_token``
+to every destination that can check one: a destination that remembers the
+highest token seen for a key and refuses lower ones stops a paused owner's
+late send after its successor sent. A destination that does not check
+tokens gets the guarantee of its strategy above and no more.
 """
 from __future__ import annotations
 
@@ -33,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from .faults import trip
 from .store import append_event, from_json, immediate, now, to_json
+from .waits import wait_for
 
 if TYPE_CHECKING:
     from .journal import Journal, Workflow
@@ -48,8 +61,16 @@ def effect_key(workflow_id: str, action: str) -> str:
     return f"{workflow_id}:{action}"
 
 
-def send_guarded(conn: sqlite3.Connection, workflow_id: str, action: str, send: Callable[[], Any]) -> Any:
-    """Call ``send()`` between the fault points ``before_send:<action>`` and ``after_send:<action>``."""
+def send_guarded(wf: "Workflow", action: str, send: Callable[[], Any]) -> Any:
+    """Call ``send()`` between the fault points ``before_send:<action>`` and ``after_send:<action>``.
+
+    Adds no guarantee of its own: inside a step, the strategy of ``send`` (a
+    key or none) decides how many effects a repeated attempt makes.
+    """
+    return _between_fault_points(wf.conn, wf.id, action, send)
+
+
+def _between_fault_points(conn: sqlite3.Connection, workflow_id: str, action: str, send: Callable[[], Any]) -> Any:
     trip(conn, f"before_send:{action}", workflow_id)
     result = send()
     trip(conn, f"after_send:{action}", workflow_id)
@@ -73,21 +94,24 @@ def send_at_most_once(wf: "Workflow", action: str, send: Callable[[str], Any]) -
         append_event(conn, workflow_id, action, "key_reserved" if reserved else "key_already_reserved", key)
     if not reserved:
         return {"key": key, "sent": False, "note": NOT_SENT}
-    return {"key": key, "sent": True, "receipt": send_guarded(conn, workflow_id, action, lambda: send(key))}
+    return {"key": key, "sent": True, "receipt": send_guarded(wf, action, lambda: send(key))}
 
 
-def reconcile_then_send(conn: sqlite3.Connection, workflow_id: str, action: str,
-                        already_done: Callable[[], Any], send: Callable[[], Any]) -> dict:
+def reconcile_then_send(wf: "Workflow", action: str, already_done: Callable[[], Any],
+                        send: Callable[[], Any]) -> dict:
     """Ask the destination first (``already_done()``, a truthy answer if the effect exists); send only if not.
 
     One effect, provided the destination can answer truthfully and nothing
-    else acts on the same thing between the question and the send.
+    else acts on the same thing between the question and the send; against
+    a paused owner of this same workflow, only if ``send`` carries
+    ``wf.fencing_token`` and the destination refuses an older token.
     """
     found = already_done()
     if found:
-        append_event(conn, workflow_id, action, "reconciled", "the destination already has this effect: not sent")
+        with wf._write():
+            append_event(wf.conn, wf.id, action, "reconciled", "the destination already has this effect: not sent")
         return {"sent": False, "receipt": found}
-    return {"sent": True, "receipt": send_guarded(conn, workflow_id, action, send)}
+    return {"sent": True, "receipt": send_guarded(wf, action, send)}
 
 
 def destination(name: str) -> Callable:
@@ -121,7 +145,6 @@ def send_via_outbox(wf: "Workflow", action: str, destination_name: str, payload:
                 " VALUES (?, ?, ?, ?, ?, 'pending', ?)", (key, wf.id, action, destination_name, payload_json, now()))
             append_event(wf.conn, wf.id, action, "outbox_enqueued", key)
         wf._outputs[action] = output_json
-    from .waits import wait_for
     return wait_for(wf, f"{action}:receipt", "delivery", {"key": key})
 
 
@@ -131,8 +154,11 @@ def dispatch_outbox(journal: "Journal", log: Callable[[str], None] = print) -> i
     At-least-once: a crash after a send and before its mark sends it again
     on the next dispatch, with the same key; two workers dispatching at once
     may both send a row. Either way the destination's deduplication keeps
-    one effect. A destination not registered in
-    this process, or one that raises, leaves the row pending for a later pass.
+    one effect. The row's status is the dispatcher's fence: only a row still
+    *pending* is marked sent, so the first answer saved is the receipt for
+    good and a later dispatcher's answer is dropped, never saved over it.
+    A destination not registered in this process, or one that raises, leaves
+    the row pending for a later pass.
     """
     conn = journal.conn
     sent = 0
@@ -141,21 +167,28 @@ def dispatch_outbox(journal: "Journal", log: Callable[[str], None] = print) -> i
         if send is None:
             continue
         with immediate(conn):
-            conn.execute("UPDATE outbox SET attempts = attempts + 1 WHERE key = ?", (row["key"],))
+            counted = conn.execute("UPDATE outbox SET attempts = attempts + 1 WHERE key = ? AND status = 'pending'",
+                                   (row["key"],)).rowcount
+        if not counted:  # another dispatcher marked it sent since we listed it
+            continue
         try:
-            result = send_guarded(conn, row["workflow_id"], row["action"],
-                                  lambda: send(journal.path, from_json(row["payload"]), row["key"]))
+            result = _between_fault_points(conn, row["workflow_id"], row["action"],
+                                           lambda: send(journal.path, from_json(row["payload"]), row["key"]))
             result_json = to_json(result, row["workflow_id"], row["action"], "destination's answer")
         except Exception as error:  # left pending: the next dispatch sends it again, with the same key
             log(f"{row['workflow_id']}: outbox {row['key']} not sent: {type(error).__name__}: {error}")
             continue
         with immediate(conn):
-            conn.execute("UPDATE outbox SET status = 'sent', result = ?, sent_at = ? WHERE key = ?",
-                         (result_json, now(), row["key"]))
+            marked = conn.execute("UPDATE outbox SET status = 'sent', result = ?, sent_at = ?"
+                                  " WHERE key = ? AND status = 'pending'", (result_json, now(), row["key"])).rowcount
+            if not marked:  # another dispatcher's answer was saved first: it stays the receipt
+                append_event(conn, row["workflow_id"], row["action"], "outbox_answer_dropped", row["key"])
+                continue
             conn.execute(  # the receipt is saved before the workflow becomes runnable, like a person's decision
                 "INSERT INTO waits (workflow_id, name, kind, request, status, decision, created_at, resolved_at)"
                 " VALUES (?, ?, 'delivery', ?, 'resolved', ?, ?, ?) ON CONFLICT (workflow_id, name) DO UPDATE"
-                " SET status = 'resolved', decision = excluded.decision, resolved_at = excluded.resolved_at",
+                " SET status = 'resolved', decision = excluded.decision, resolved_at = excluded.resolved_at"
+                " WHERE waits.status = 'waiting'",
                 (row["workflow_id"], f"{row['action']}:receipt", json.dumps({"key": row["key"]}), result_json,
                  now(), now()))
             conn.execute("UPDATE workflows SET status = 'pending', next_run_at = ?, updated_at = ?"

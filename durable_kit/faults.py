@@ -9,9 +9,16 @@ The journal checks, for every step, ``after_activity:<step>``,
 whichever step comes next). Every send to the outside world checks
 ``before_send:<action>`` and ``after_send:<action>`` (``effects.send_guarded``);
 agents may name their own points.
+
+Tracing: when the environment variable ``DURABLE_KIT_TRACE`` names a file,
+every ``trip`` appends one JSON line ``{"point": ..., "workflow_id": ...}`` to
+it, armed or not, so a clean run lists the boundaries a crash can hit
+(``durable_kit.crashlab`` reads it). Code that only checks points it knows
+are armed should ask ``tracing()`` first and trip every point while it is true.
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
@@ -22,6 +29,7 @@ from .store import append_event, immediate
 
 CRASH_EXIT_CODE = 13
 ACTIONS = ("exit", "kill", "fail", "delay")
+TRACE_VARIABLE = "DURABLE_KIT_TRACE"
 
 
 class InjectedFailure(Transient):
@@ -45,13 +53,30 @@ def disarm_all(conn: sqlite3.Connection) -> list[str]:
     return left
 
 
+def tracing() -> bool:
+    """True when ``$DURABLE_KIT_TRACE`` names a file: every ``trip`` then appends its point to it."""
+    return bool(os.environ.get(TRACE_VARIABLE))
+
+
+def _trace(point: str, workflow_id: str) -> None:
+    # One short line per write in append mode: lines from one process stay whole, in the order reached.
+    line = json.dumps({"point": point, "workflow_id": workflow_id}) + "\n"
+    with open(os.environ[TRACE_VARIABLE], "a", encoding="utf-8") as trace:
+        trace.write(line)
+
+
 def trip(conn: sqlite3.Connection, point: str, workflow_id: str) -> None:
     """If ``point`` is armed, record it in the history and act; otherwise return at once.
+
+    While ``tracing()``, the point is first appended to the trace file (before
+    the armed check, so a crash at it is traced too).
 
     ``exit`` ends the process with ``os._exit(CRASH_EXIT_CODE)``: no cleanup,
     no flush, no ``finally``. ``kill`` sends SIGKILL to this process (POSIX).
     ``delay`` sleeps, then returns; ``fail`` raises ``InjectedFailure``.
     """
+    if tracing():
+        _trace(point, workflow_id)
     if conn.execute("SELECT 1 FROM faults WHERE point = ?", (point,)).fetchone() is None:
         return
     with immediate(conn):

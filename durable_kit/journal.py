@@ -19,34 +19,25 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import uuid
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager, nullcontext
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
-from .faults import trip
-from .leases import Heartbeat, Lease, LeaseLost, check, grant, new_owner, release
-from .retries import Crashed, FormatFailure, InvalidRequest, RetryPolicy, decide_and_record
+from . import waits
+from .errors import Ended, LeaseLost, Suspended, WorkflowError, is_storage_fault
+from .faults import tracing, trip
+from .leases import FINAL_STATUSES, Heartbeat, Lease, check, grant, new_owner, release
+from .retries import Crashed, FormatFailure, InvalidRequest, RetryPolicy, record_failure
 from .store import append_event, connect, from_json, immediate, now, to_json
 
 WORKFLOWS: dict[str, Callable[["Workflow"], Any]] = {}
 
-
-class WorkflowError(RuntimeError):
-    """A workflow or step was used in a way the journal cannot honour; nothing was written."""
-
-
-class Suspended(BaseException):
-    """This replay stops here; the database already says when the workflow may run again.
-
-    A BaseException, like KeyboardInterrupt, so that workflow code catching
-    ``Exception`` lets it pass.
-    """
-
-
-class Ended(BaseException):
-    """The workflow reached a final status other than *complete*; the status is already committed."""
+# A step without a retry policy whose attempts keep killing their process escalates after this many.
+CRASH_LIMIT = RetryPolicy(max_attempts=3)
 
 
 def workflow(kind: str) -> Callable:
@@ -128,20 +119,48 @@ class Journal:
         rows = self.conn.execute("SELECT * FROM history WHERE workflow_id = ? ORDER BY seq", (workflow_id,))
         return [dict(r) for r in rows]
 
-    def open(self, workflow_id: str, lease: Lease | None = None) -> "Workflow":
+    def open(self, workflow_id: str, lease: Lease | None = None, heartbeat: Heartbeat | None = None) -> "Workflow":
         """Begin one replay under ``lease``: read the workflow and its completed outputs once."""
-        return Workflow(self, self.workflow(workflow_id), lease)
+        return Workflow(self, self.workflow(workflow_id), lease, heartbeat)
+
+    def resume(self, workflow_id: str, by: str) -> dict:
+        """Make a *paused* or *failed* workflow pending again, so the next worker replays it; return its row.
+
+        A replay reuses every completed step and retries the rest. Any other
+        status is refused with a ``WorkflowError`` and nothing changes.
+        """
+        with immediate(self.conn):
+            row = self.conn.execute("SELECT status FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
+            if row is None:
+                raise WorkflowError(f"no workflow {workflow_id!r} in {self.path.name}: check the id.")
+            if row["status"] not in ("paused", "failed"):
+                raise WorkflowError(
+                    f"workflow {workflow_id!r} is {row['status']!r}, not paused or failed; nothing was changed. "
+                    "Only a paused or failed workflow is resumed by hand: the others resume by themselves.")
+            self.conn.execute("UPDATE workflows SET status = 'pending', next_run_at = ?, updated_at = ? WHERE id = ?",
+                              (now(), now(), workflow_id))
+            self._event(workflow_id, None, "workflow_resumed", f"from {row['status']} by {by}")
+        return self.workflow(workflow_id)
 
     def _event(self, workflow_id: str, step: str | None, event: str, detail: str | None = None) -> None:
         # Callers hold a transaction: the event commits with the state change it describes.
         append_event(self.conn, workflow_id, step, event, detail)
 
 
-class Workflow:
-    """One replay of one workflow, from its first line."""
 
-    def __init__(self, journal: Journal, row: dict, lease: Lease | None = None):
-        self.journal, self.conn, self.lease = journal, journal.conn, lease
+class Workflow:
+    """One replay of one workflow, from its first line.
+
+    Attributes a workflow function may read: ``id``, ``kind``, ``input`` (the
+    decoded input it was started with), ``db_path`` (the journal file, beside
+    which the outside world keeps its own files) and ``fencing_token`` (the
+    lease's token, for destinations that refuse a stale sender; None without
+    a lease). ``conn`` is the journal's connection: workflow code never writes
+    through it directly.
+    """
+
+    def __init__(self, journal: Journal, row: dict, lease: Lease | None = None, heartbeat: Heartbeat | None = None):
+        self.journal, self.conn, self.lease, self.heartbeat = journal, journal.conn, lease, heartbeat
         self.id, self.kind, self.input, self.status = row["id"], row["kind"], row["input"], row["status"]
         self.db_path = journal.path
         # One read per replay: every later lookup is a dictionary access.
@@ -160,6 +179,11 @@ class Workflow:
         self._names_seen: set[str] = set()
         self._reused: list[str] = []
 
+    @property
+    def fencing_token(self) -> int | None:
+        """This replay's lease token: send it to a destination that refuses tokens older than one it has seen."""
+        return None if self.lease is None else self.lease.token
+
     def execute_step(self, name: str, activity: Callable[[], Any], step_input: Any = None, *,
                      retry: RetryPolicy | None = None, repair: Callable[[str], Any] | None = None,
                      fallback: Callable[[], Any] | None = None) -> Any:
@@ -173,13 +197,15 @@ class Workflow:
 
         Without ``retry`` a failure marks the step *failed* and is raised. With
         ``retry``, the failure's class picks the path (``retries.decide``): a
-        durable retry schedule, escalation or stop. ``repair(message)`` gets one
-        try after ``InvalidRequest`` or ``FormatFailure``, with the validation
-        message; ``fallback()`` answers a ``FormatFailure`` that repair did not fix.
-        An attempt whose process died counts against ``max_attempts`` too
-        (``Crashed``), so a step that always kills its process escalates.
-        The message is stored with the attempt, so a retry after a transient
-        failure of the repair repeats the repair, not the request that was wrong.
+        durable retry schedule, escalation or stop, committed in the same
+        transaction as the failed attempt. ``repair(message)`` gets one try
+        after ``InvalidRequest`` or ``FormatFailure``, with the validation
+        message; ``fallback()`` answers a ``FormatFailure`` that repair did not
+        fix. The message is stored with the attempt, so a retry after a
+        transient failure of the repair repeats the repair, not the request.
+        An attempt whose process died counts too (``Crashed``): after
+        ``retry.max_attempts`` such attempts, or ``CRASH_LIMIT`` without a
+        policy, the step escalates instead of looping for ever.
         """
         self._claim_name(name)
         if name in self._outputs:
@@ -189,40 +215,110 @@ class Workflow:
         if not_before is not None and not_before > now():
             self._suspend_until(not_before, f"step {name!r} is not due yet")
 
-        attempts_used = self._interrupted.get(name, 0)
-        if retry is not None and attempts_used >= retry.max_attempts:  # the last one killed its process
-            self._decide_after_failure(
-                name, Crashed("the process died during the attempt"), retry)
+        crash_policy = retry or CRASH_LIMIT
+        if self._interrupted.get(name, 0) >= crash_policy.max_attempts:  # the last one killed its process
+            return self._after_failure(name, Crashed("the process died during the attempt"), crash_policy)
 
         input_json = to_json(step_input, self.id, name, "step input")
         run, repair_message = activity, self._repairs.get(name) if repair else None
         if repair_message is not None:  # an earlier replay chose repair: never resend the bad request
             run = partial(repair, repair_message)
         while True:
+            with self._write(marker=True, starting=True):
+                self._write_reused()
+                armed = self._start_attempt(name, input_json, repair_message)
+            if armed is None:  # another process completed it since this replay began
+                return self._adopt_recorded_output(name)
             try:
-                return self._attempt(name, run, input_json, repair_message)
+                output_json = self._run_attempt(name, run, armed)
             except Exception as error:
-                if retry is None:
-                    raise
-                if isinstance(error, (InvalidRequest, FormatFailure)) and repair and repair_message is None:
+                if retry is not None and isinstance(error, (InvalidRequest, FormatFailure)) \
+                        and repair and repair_message is None:
+                    self._record_attempt_failure(name, error)
                     repair_message = str(error)
                     run = partial(repair, repair_message)
                     continue
-                if isinstance(error, FormatFailure) and fallback:
+                if retry is not None and isinstance(error, FormatFailure) and fallback:
+                    self._record_attempt_failure(name, error)
                     run, fallback = fallback, None
                     continue
-                self._decide_after_failure(name, error, retry)
+                return self._after_failure(name, error, retry)
+            return self._commit_output(name, output_json, armed)
+
+    def execute_parallel(self, branches: dict[str, Callable[[], Any]],
+                         inputs: dict[str, Any] | None = None, max_threads: int = 4) -> dict[str, Any]:
+        """Run independent steps at once; return each branch's output by name.
+
+        Each branch is its own step with the same guarantees as
+        ``execute_step``: completed branches are reused, the others start
+        together (one commit marks them all *running*), run in threads, and
+        each output is committed as soon as that branch finishes. A crash
+        mid-fan-out therefore reruns only the branches not yet committed.
+        A branch that raises is marked *failed*; the others still commit, then
+        the first error is raised (no retry policy here: retry the whole
+        fan-out from a later replay, which reuses what finished).
+        Activities run in other threads: they must not touch ``wf.conn``, and
+        anything they write to SQLite needs a connection opened in that thread.
+        """
+        inputs = inputs or {}
+        results: dict[str, Any] = {}
+        for name in branches:
+            self._claim_name(name)
+            if name in self._outputs:
+                self._reused.append(name)
+                results[name] = json.loads(self._outputs[name])
+        to_run = {name: fn for name, fn in branches.items() if name not in results}
+        if to_run:
+            started = {}
+            with self._write(marker=True, starting=True):
+                self._write_reused()
+                for name in to_run:
+                    input_json = to_json(inputs.get(name), self.id, name, "step input")
+                    started[name] = self._start_attempt(name, input_json, None)
+            for name, armed in started.items():
+                if armed is None:  # another process completed it since this replay began
+                    results[name] = self._adopt_recorded_output(name)
+            first_error: Exception | None = None
+            runnable = {name: to_run[name] for name in started if started[name] is not None}
+            if any("next_step" in started[name] for name in runnable):
+                trip(self.conn, "next_step", self.id)
+            with ThreadPoolExecutor(max_workers=max(1, min(max_threads, len(runnable)))) as pool:
+                futures = {pool.submit(fn): name for name, fn in runnable.items()}
+                for future in as_completed(futures):  # commit each branch as it finishes, in this thread
+                    name = futures[future]
+                    try:
+                        output_json = to_json(future.result(), self.id, name, "activity's output",
+                                              "The output was not stored; the step runs again on the next replay.")
+                        if f"after_activity:{name}" in started[name]:
+                            trip(self.conn, f"after_activity:{name}", self.id)
+                    except Exception as error:
+                        self._record_attempt_failure(name, error)
+                        first_error = first_error or error
+                        continue
+                    results[name] = self._commit_output(name, output_json, started[name])
+            if first_error is not None:
+                raise first_error
+        return {name: results[name] for name in branches}
 
     @contextmanager
-    def _write(self, marker: bool = False):
-        """A write transaction that first checks this replay's lease: a stale owner writes nothing."""
+    def _write(self, marker: bool = False, starting: bool = False):
+        """A write transaction that first checks this replay's lease: a stale owner writes nothing.
+
+        ``starting=True`` (the write that starts an attempt) also refuses when
+        the lease has expired by the database's clock or the heartbeat gave
+        up, so an owner that lost contact starts nothing new.
+        """
         with self.journal.marker_transaction() if marker else immediate(self.conn):
-            self._fence()
+            self._fence(starting)
             yield self.conn
 
-    def _fence(self) -> None:
-        if self.lease is not None:
-            check(self.conn, self.lease)
+    def _fence(self, starting: bool = False) -> None:
+        if self.lease is None:
+            return
+        if starting and self.heartbeat is not None and self.heartbeat.gave_up:
+            raise LeaseLost(f"workflow {self.id!r}: this process's heartbeat could not renew its lease "
+                            f"(token {self.lease.token}); it starts no new attempt and nothing was written.")
+        check(self.conn, self.lease, live=starting)
 
     def _claim_name(self, name: str) -> None:
         if name in self._names_seen:
@@ -236,21 +332,19 @@ class Workflow:
         """Stop until a person approves or rejects ``request``; return the decision.
 
         The decision is ``{"approved": bool, "by": str, "comment": str}``, saved
-        by ``waits.approve`` or ``waits.reject`` (the command line and the
-        approval panel call them). No worker is held while the workflow waits.
+        by ``waits.approve`` or ``waits.reject`` naming this wait (the command
+        line's ``--wait NAME``, the approval panel bound to it). No worker is
+        held while the workflow waits.
         """
-        from .waits import wait_for
-        return wait_for(self, name, "approval", request)
+        return waits.wait_for(self, name, "approval", request)
 
     def ask(self, name: str, question: str) -> str:
         """Stop until a person answers ``question`` (``waits.answer``); return the answer."""
-        from .waits import wait_for
-        return wait_for(self, name, "clarification", {"question": question})["answer"]
+        return waits.wait_for(self, name, "clarification", {"question": question})["answer"]
 
     def sleep(self, name: str, seconds: float) -> None:
         """A durable timer: continue ``seconds`` after this line was first reached, in whatever process."""
-        from .waits import wait_for
-        wait_for(self, name, "timer", {"seconds": seconds}, seconds)
+        waits.wait_for(self, name, "timer", {"seconds": seconds}, seconds)
 
     def end(self, status: str, reason: str) -> None:
         """End the workflow here with a final ``status`` (rejected, stopped or escalated) and its reason."""
@@ -263,13 +357,44 @@ class Workflow:
             self.journal._event(self.id, None, f"workflow_{status}", reason)
         raise Ended(f"workflow {self.id!r}: {status}: {reason}")
 
-    def _decide_after_failure(self, name: str, error: Exception, retry: RetryPolicy) -> None:
-        decision = decide_and_record(self.conn, self.id, name, error, retry, fence=self._fence)
+    def pause(self, reason: str, until: float | None = None) -> None:
+        """Save the workflow as *paused* (a provider is down, a quota is spent) and stop this replay.
+
+        With ``until`` (seconds since 1970) a worker resumes it from then on;
+        without, it stays paused until a person calls ``Journal.resume``.
+        Nothing is held meanwhile, and the replay that resumes it reuses every
+        completed step.
+        """
+        with self._write():
+            self._write_reused()
+            self.conn.execute("UPDATE workflows SET status = 'paused', error = ?, next_run_at = ?, updated_at = ?"
+                              " WHERE id = ?", (reason, until, now(), self.id))
+            self.journal._event(self.id, None, "workflow_paused",
+                                reason + ("" if until is None else f" (resumes in {max(0.0, until - now()):.0f} s)"))
+        raise Suspended(f"workflow {self.id!r} paused: {reason}")
+
+    def _after_failure(self, name: str, error: Exception, retry: RetryPolicy | None) -> Any:
+        """Commit the failed attempt and the path it takes in one transaction; raise accordingly.
+
+        If the step completed meanwhile (an unfenced racer), that recorded
+        output is returned instead: a failure never replaces an output.
+        """
+        with self._write():
+            self._write_reused()
+            decision = record_failure(self.conn, self.id, name, error, retry)
+        trip(self.conn, f"after_failure:{name}", self.id)
+        if decision is None:
+            return self._adopt_recorded_output(name)
         if decision.path == "fail":
             raise error
         if decision.path == "retry":
             raise Suspended(f"workflow {self.id!r}, step {name!r}: retry scheduled in {decision.delay:g} s")
         raise Ended(f"workflow {self.id!r}, step {name!r}: {decision.reason}")
+
+    def _record_attempt_failure(self, name: str, error: Exception) -> None:
+        # A failure answered at once (by a repair or a fallback, or by failing the fan-out): no decision to take.
+        with self._write():
+            record_failure(self.conn, self.id, name, error, None)
 
     def _suspend_until(self, run_at: float, why: str) -> None:
         with self._write():
@@ -279,43 +404,42 @@ class Workflow:
             self.journal._event(self.id, None, "replay_suspended", why)
         raise Suspended(f"workflow {self.id!r}: {why}")
 
-    def _attempt(self, name: str, activity: Callable[[], Any], input_json: str,
-                 repair_message: str | None = None) -> Any:
-        """One attempt: commit a running marker, run the activity, commit its output."""
-        with self._write(marker=True):
-            self._write_reused()
-            attempt = self.conn.execute(
-                "INSERT INTO steps (workflow_id, name, status, input, attempts, repair_message, started_at)"
-                " VALUES (?, ?, 'running', ?, 1, ?, ?)"
-                " ON CONFLICT (workflow_id, name) DO UPDATE SET status = 'running', input = excluded.input,"
-                "   attempts = attempts + 1, error = NULL, next_attempt_at = NULL,"
-                "   repair_message = excluded.repair_message WHERE status != 'complete'"
-                " RETURNING attempts",
-                (self.id, name, input_json, repair_message, now()),
-            ).fetchone()
-            if attempt is None:  # another process completed it since this replay began
-                return self._adopt_recorded_output(name)
-            self.journal._event(self.id, name, "step_started", f"attempt {attempt['attempts']}")
-            # Read inside this transaction: a fault armed while the activity runs applies from the next step.
-            armed = {row["point"] for row in self.conn.execute(
-                "SELECT point FROM faults WHERE point IN ('next_step', ?, ?)",
-                (f"after_activity:{name}", f"after_commit:{name}"))}
-
-        try:
-            if "next_step" in armed:
-                trip(self.conn, "next_step", self.id)
-            output_json = to_json(activity(), self.id, name, "activity's output",
-                                  "The output was not stored; the step runs again on the next replay.")
-        except Exception as exc:
-            with self._write():
-                self.conn.execute(
-                    "UPDATE steps SET status = 'failed', error = ? WHERE workflow_id = ? AND name = ?",
-                    (f"{type(exc).__name__}: {exc}", self.id, name))
-                self.journal._event(self.id, name, "step_failed", f"{type(exc).__name__}: {exc}")
-            raise
+    def _run_attempt(self, name: str, activity: Callable[[], Any], armed: set[str]) -> str:
+        """Run the activity of a started attempt; its output as JSON, not yet stored."""
+        if "next_step" in armed:
+            trip(self.conn, "next_step", self.id)
+        output_json = to_json(activity(), self.id, name, "activity's output",
+                              "The output was not stored; the step runs again on the next replay.")
         if f"after_activity:{name}" in armed:
             trip(self.conn, f"after_activity:{name}", self.id)
+        return output_json
 
+    def _start_attempt(self, name: str, input_json: str, repair_message: str | None) -> set[str] | None:
+        """Inside a write: mark the step *running* and count the attempt; the fault points armed for it.
+
+        None if the step is already complete (then nothing was written).
+        """
+        attempt = self.conn.execute(
+            "INSERT INTO steps (workflow_id, name, status, input, attempts, repair_message, started_at)"
+            " VALUES (?, ?, 'running', ?, 1, ?, ?)"
+            " ON CONFLICT (workflow_id, name) DO UPDATE SET status = 'running', input = excluded.input,"
+            "   attempts = attempts + 1, error = NULL, next_attempt_at = NULL,"
+            "   repair_message = excluded.repair_message WHERE status != 'complete'"
+            " RETURNING attempts",
+            (self.id, name, input_json, repair_message, now()),
+        ).fetchone()
+        if attempt is None:
+            return None
+        self.journal._event(self.id, name, "step_started", f"attempt {attempt['attempts']}")
+        points = ("next_step", f"after_activity:{name}", f"after_commit:{name}")
+        if tracing():  # every boundary is tripped, so a clean run lists them all
+            return set(points)
+        # Read inside this transaction: a fault armed while the activity runs applies from the next step.
+        return {row["point"] for row in self.conn.execute(
+            "SELECT point FROM faults WHERE point IN (?, ?, ?)", points)}
+
+    def _commit_output(self, name: str, output_json: str, armed: set[str]) -> Any:
+        """Commit the step's output unless one is already recorded; return the recorded output."""
         with self._write():
             updated = self.conn.execute(
                 "UPDATE steps SET status = 'complete', output = ?, completed_at = ?"
@@ -376,23 +500,24 @@ class Workflow:
             self.journal._event(self.id, None, "workflow_failed", f"{type(error).__name__}: {error}")
 
 
-FINAL_STATUSES = ("complete", "escalated", "stopped", "rejected")
-
-
 def run_workflow(journal: Journal, workflow_id: str, lease: Lease | None = None, fenced: bool = True) -> Any:
     """Replay the workflow from its first line as far as it can go; return its output, or None.
 
-    A workflow in a final status returns its stored output without running.
-    The replay runs under ``lease`` (a worker's), or else takes one itself,
-    whatever the workflow's status, fencing out any other owner; a heartbeat
-    renews it while the replay runs. ``fenced=False`` runs with no lease at
-    all: the unsafe way, kept to show its failure.
+    A workflow in a final status returns its stored output without running;
+    the status is read in the same transaction that grants the lease, so a
+    final workflow is never run again. The replay runs under ``lease`` (a
+    worker's), or else takes one itself, whatever the workflow's other
+    status, fencing out any other owner; a heartbeat renews it while the
+    replay runs. ``fenced=False`` runs with no lease at all: the unsafe way,
+    kept to show its failure.
 
-    A replay that stops at a retry schedule, a wait, an escalation or an end
+    A replay that stops at a retry schedule, a wait, a pause or an end
     returns None: the database says why. So does a replay whose lease was
-    taken over (its refused write is recorded as ``stale_write_refused``). An
-    exception from the workflow marks it ``failed`` and is raised again; a
-    later replay resumes it.
+    lost (its refused write is recorded as ``stale_write_refused``). An
+    exception from the workflow marks it ``failed`` and is raised again;
+    ``Journal.resume`` resumes it. A storage fault (locked, full, read-only)
+    is raised without marking anything: the workflow resumes once the
+    storage answers.
     """
     row = journal.workflow(workflow_id)
     if row["status"] in FINAL_STATUSES:
@@ -408,16 +533,19 @@ def run_workflow(journal: Journal, workflow_id: str, lease: Lease | None = None,
         lease = None
     elif lease is None:
         lease = claimed = grant(journal.conn, workflow_id, new_owner(), only_if_due=False)
+        if lease is None:  # it reached a final status before the grant
+            return journal.workflow(workflow_id)["output"]
     try:
-        with Heartbeat(journal.path, lease) if lease else nullcontext():
-            wf = journal.open(workflow_id, lease)
+        with Heartbeat(journal.path, lease) if lease else nullcontext() as heartbeat:
+            wf = journal.open(workflow_id, lease, heartbeat)
             wf.begin()
             try:
                 output = fn(wf)
             except (Suspended, Ended):
                 return None
             except Exception as exc:
-                wf.fail(exc)
+                if not is_storage_fault(exc):
+                    wf.fail(exc)
                 raise
             wf.finish(output)
     except LeaseLost as lost:
@@ -426,5 +554,8 @@ def run_workflow(journal: Journal, workflow_id: str, lease: Lease | None = None,
         return None
     finally:
         if claimed:
-            release(journal.conn, claimed)
+            try:
+                release(journal.conn, claimed)
+            except sqlite3.Error:  # storage fault: the lease expires by itself
+                pass
     return json.loads(to_json(output, workflow_id, None, "workflow's output"))

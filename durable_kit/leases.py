@@ -1,48 +1,60 @@
 """Floor 7: one owner at a time. Leases, heartbeats and fencing tokens.
 
-A process owns a workflow through a lease: its name as owner, an expiry by
-one clock (``DB_NOW``, computed by SQL inside ``BEGIN IMMEDIATE``: with SQLite
-that is this machine's clock, which every process sharing the file agrees on;
-a database server would offer its own), and a fencing token that grows with
-every lease granted. While it replays, a heartbeat renews the lease about
-every third of its length.
+A process owns a workflow through a lease: its name as owner, an expiry, and
+a fencing token that grows with every lease granted. While it replays, a
+heartbeat renews the lease about every third of its length.
+
+The clock. Expiries are computed by SQL inside ``BEGIN IMMEDIATE``
+(``DB_NOW``). With SQLite that is the operating system's wall clock of
+whichever process runs the statement: every process on this machine reads
+the same clock, but it is not monotonic and it is not shared with other
+machines. If it steps backwards (a manual change, a time sync), leases last
+longer and a dead owner is replaced later; if it jumps forwards, leases expire
+early and a live owner's next attempt is refused (it costs a repeat, never a
+second owner, because writes are fenced by token, not by time). Workers on
+several machines need one clock they all read: a database server's.
 
 A lease alone is not enough. A process that pauses (a SIGSTOP, a long garbage
 collection, a laptop lid) can wake after its lease expired and another owner
 took over, and it does not know. So every journal write carries the token and
 checks it in the same transaction: a stale owner's write is refused
-(``LeaseLost``) and it stops working on that workflow. What a stale owner did
-*outside* the journal (a call it was making when it paused) is not undone;
-a destination can refuse it only if it is sent the token too.
+(``LeaseLost``) and it stops working on that workflow. The write that starts
+an attempt also refuses once the lease has expired by the database's clock or
+the heartbeat gave up, so an owner that lost contact starts nothing new. What
+a stale owner did *outside* the journal (a call it was making when it paused)
+is not undone: a destination refuses it only if it is sent the token too and
+checks it (``Workflow.fencing_token``).
 
-An owner that died is noticed two ways: its lease expires, or, on the same
-machine, its process no longer exists (``owner_is_gone``), which lets a
-restarted worker take over at once instead of waiting out the lease.
+An owner that died is noticed two ways: its lease expires, or its process no
+longer exists (``owner_is_gone``). The second shortcut is taken only for an
+owner that ran on this machine since its last boot and in this PID namespace
+(both are part of the owner's name), where a process id means the same
+process; anywhere else, or where the system does not tell, the lease must expire.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 import sqlite3
 import threading
 import uuid
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
+from .errors import LeaseLost
 from .store import DB_NOW, append_event, immediate, now
 
 LEASE_SECONDS = 10.0
+FINAL_STATUSES = ("complete", "escalated", "stopped", "rejected", "cancelled")
 
-# When a workflow may be claimed: pending (new, decided, or at its retry time) or waiting on a timer that
-# has ended. A wait for a person has no run time (NULL), so it never matches. One parameter: now.
-DUE = "status IN ('pending', 'waiting') AND next_run_at <= ?"
+# When a workflow may be claimed: pending (new, decided, or at its retry time), waiting on a timer that
+# has ended, or paused until a time that has come. A wait for a person, and a pause until a person resumes,
+# have no run time (NULL), so they never match. One parameter: now.
+DUE = "status IN ('pending', 'waiting', 'paused') AND next_run_at <= ?"
 
-
-class LeaseLost(BaseException):
-    """This process's lease on a workflow was granted to another owner; nothing was written.
-
-    A BaseException, so workflow code catching ``Exception`` lets it pass.
-    """
+__all__ = ["LeaseLost"]  # re-exported: it is raised here
 
 
 @dataclass(frozen=True)
@@ -55,17 +67,34 @@ class Lease:
     seconds: float
 
 
+@lru_cache(maxsize=1)
+def machine() -> str:
+    """``hostname/boot:pidns``: where a process id means one process; ``hostname`` alone where that is unknown."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:  # no /proc (macOS, Windows): no pid shortcut, leases must expire
+        return socket.gethostname()
+    identity = hashlib.sha256(f"{boot}/{namespace}".encode()).hexdigest()[:10]
+    return f"{socket.gethostname()}/{identity}"
+
+
 def new_owner() -> str:
-    """A name for this process as a lease owner: ``host:pid:nonce``."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+    """A name for this process as a lease owner: ``machine:pid:nonce`` (see ``machine``)."""
+    return f"{machine()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
 def owner_is_gone(owner: str | None) -> bool:
-    """True if ``owner`` was a process on this machine that no longer exists."""
+    """True if ``owner`` ran on this machine, since its last boot and in this PID namespace, and is gone.
+
+    Only then does its process id name the same process here. Any other
+    owner (another machine, container or boot, or a system without /proc)
+    is never judged gone by pid: its lease must expire.
+    """
     if not owner or owner.count(":") < 2:
         return False
-    host, pid, _ = owner.rsplit(":", 2)
-    if host != socket.gethostname() or not pid.isdigit():
+    where, pid, _ = owner.rsplit(":", 2)
+    if "/" not in where or where != machine() or not pid.isdigit():
         return False
     try:
         os.kill(int(pid), 0)
@@ -90,7 +119,8 @@ def grant(conn: sqlite3.Connection, workflow_id: str, owner: str, seconds: float
     """Grant ``owner`` a lease on the workflow and mark it *running*; None if it is not due.
 
     ``only_if_due=False`` takes the workflow whatever its status (a person's
-    ``run`` command): the new token fences out any current owner.
+    ``run`` command), except a final one: the new token fences out any
+    current owner. A final workflow is never granted, so it never runs again.
     """
     with immediate(conn):
         return grant_in_transaction(conn, workflow_id, owner, seconds, only_if_due)
@@ -101,28 +131,41 @@ def grant_in_transaction(conn: sqlite3.Connection, workflow_id: str, owner: str,
     """``grant``, inside the caller's ``BEGIN IMMEDIATE`` transaction."""
     sql = (f"UPDATE workflows SET status = 'running', owner = ?, lease_expires_at = {DB_NOW} + ?,"
            " fencing_token = fencing_token + 1, updated_at = ? WHERE id = ?")
-    args = [owner, seconds, now(), workflow_id]
+    sql += f" AND status NOT IN ({', '.join('?' * len(FINAL_STATUSES))})"
+    args = [owner, seconds, now(), workflow_id, *FINAL_STATUSES]
     if only_if_due:
         sql, args = f"{sql} AND {DUE}", args + [now()]
     row = conn.execute(sql + " RETURNING fencing_token", args).fetchone()
     return None if row is None else Lease(workflow_id, owner, row["fencing_token"], seconds)
 
 
-def check(conn: sqlite3.Connection, lease: Lease) -> None:
-    """Inside a write transaction: raise ``LeaseLost`` unless ``lease`` still holds the current token."""
-    row = conn.execute("SELECT fencing_token FROM workflows WHERE id = ?", (lease.workflow_id,)).fetchone()
+def check(conn: sqlite3.Connection, lease: Lease, live: bool = False) -> None:
+    """Inside a write transaction: raise ``LeaseLost`` unless ``lease`` still holds the current token.
+
+    ``live=True`` also requires that the lease has not expired by ``DB_NOW``.
+    """
+    row = conn.execute(f"SELECT fencing_token, lease_expires_at < {DB_NOW} AS expired FROM workflows WHERE id = ?",
+                       (lease.workflow_id,)).fetchone()
     if row["fencing_token"] != lease.token:
         raise LeaseLost(
             f"workflow {lease.workflow_id!r}: this process's lease (token {lease.token}) was superseded by token "
             f"{row['fencing_token']}; the write was refused and nothing changed.")
+    if live and row["expired"]:
+        raise LeaseLost(
+            f"workflow {lease.workflow_id!r}: this process's lease (token {lease.token}) expired before it was "
+            "renewed; it starts no new attempt and nothing was written.")
 
 
 def renew(conn: sqlite3.Connection, lease: Lease) -> bool:
-    """Push the lease's expiry ``lease.seconds`` past now; False if the lease was lost."""
+    """Push the lease's expiry ``lease.seconds`` past now; False if the lease was lost or has expired.
+
+    An expired lease is not revived: another worker may already be taking the
+    workflow back, and its owner must stop starting attempts.
+    """
     with immediate(conn):
         renewed = conn.execute(
-            f"UPDATE workflows SET lease_expires_at = {DB_NOW} + ? WHERE id = ? AND fencing_token = ?",
-            (lease.seconds, lease.workflow_id, lease.token)).rowcount
+            f"UPDATE workflows SET lease_expires_at = {DB_NOW} + ? WHERE id = ? AND fencing_token = ?"
+            f" AND lease_expires_at >= {DB_NOW}", (lease.seconds, lease.workflow_id, lease.token)).rowcount
     return bool(renewed)
 
 
@@ -174,25 +217,34 @@ def _abandoned(row, assume_dead: bool, trust_pids: bool) -> str | None:
 class Heartbeat:
     """Renews a lease every ``seconds / 3`` on a thread of its own, with a connection of its own.
 
-    ``lost`` becomes True when a renewal finds the lease gone; the next
-    journal write of the old owner is refused anyway.
+    A busy or locked database is tried again at the next beat; nothing is
+    printed. ``gave_up`` becomes True when a renewal finds the lease lost or
+    expired: the owner then starts no new attempt (``Workflow._fence``), and
+    its next journal write is refused anyway if another owner took over.
     """
 
     def __init__(self, db_path: str | Path, lease: Lease):
-        self.db_path, self.lease, self.lost = Path(db_path), lease, False
+        self.db_path, self.lease, self.gave_up = Path(db_path), lease, False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name=f"heartbeat {lease.workflow_id}", daemon=True)
 
     def _beat(self) -> None:
-        conn = sqlite3.connect(str(self.db_path), isolation_level=None, timeout=5)
-        conn.row_factory = sqlite3.Row
+        interval = self.lease.seconds / 3
+        conn = None
         try:
-            while not self._stop.wait(self.lease.seconds / 3):
-                if not renew(conn, self.lease):
-                    self.lost = True
-                    return
+            while not self._stop.wait(interval):
+                try:
+                    if conn is None:
+                        conn = sqlite3.connect(str(self.db_path), isolation_level=None, timeout=interval)
+                        conn.row_factory = sqlite3.Row
+                    if not renew(conn, self.lease):
+                        self.gave_up = True
+                        return
+                except sqlite3.Error:  # busy, locked, or a storage fault: try again at the next beat
+                    continue
         finally:
-            conn.close()
+            if conn is not None:
+                conn.close()
 
     def __enter__(self) -> "Heartbeat":
         self._thread.start()

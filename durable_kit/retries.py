@@ -3,8 +3,9 @@
 An activity says *how* it failed by raising one of the classes below; a pure
 function, ``decide``, turns the failure, the attempt number and the
 workflow's remaining retry budget into one of four paths. The journal writes
-the path down before anything else happens, so a schedule outlives every
-process: no worker sleeps through a backoff.
+the path down in the same transaction as the failed attempt, before anything
+else happens, so a schedule outlives every process: no worker sleeps through
+a backoff, and no crash between a failure and its schedule retries early.
 """
 from __future__ import annotations
 
@@ -12,9 +13,8 @@ import json
 import random
 import sqlite3
 from dataclasses import dataclass
-from typing import Callable
 
-from .store import append_event, immediate, now
+from .store import append_event, now
 
 
 class Transient(Exception):
@@ -98,24 +98,33 @@ def decide(error: BaseException, attempt: int, policy: RetryPolicy, budget_left:
     return Decision("fail", f"unexpected {kind} (a bug to fix, not a failure class): {error}")
 
 
-def decide_and_record(conn: sqlite3.Connection, workflow_id: str, step: str, error: BaseException,
-                      policy: RetryPolicy, fence: Callable[[], None] = lambda: None) -> Decision:
-    """Read the step's attempts and the workflow's budget, decide, and commit the path: one transaction.
+def record_failure(conn: sqlite3.Connection, workflow_id: str, step: str, error: BaseException,
+                   policy: RetryPolicy | None) -> Decision | None:
+    """Inside the caller's write transaction: record the failed attempt, decide its path, record the path.
 
-    ``retry`` commits a schedule, ``stop``/``escalate``/``reconcile`` an
-    escalation record and final status; ``fail`` writes nothing here.
+    One transaction for both, so no process can die between a failure and
+    its retry schedule. ``retry`` commits a schedule, ``stop``/``escalate``/
+    ``reconcile`` an escalation record and final status; ``fail`` (also the
+    only path without a ``policy``) just the failure. Returns None, writing
+    nothing, if the step is already complete: a failure never replaces an output.
     """
-    with immediate(conn):
-        fence()  # the caller's lease check: a stale owner decides nothing
-        row = conn.execute(
-            "SELECT s.attempts, w.retry_budget - w.retries_used AS budget_left FROM steps s"
-            " JOIN workflows w ON w.id = s.workflow_id WHERE s.workflow_id = ? AND s.name = ?",
-            (workflow_id, step)).fetchone()
-        decision = decide(error, row["attempts"], policy, row["budget_left"])
-        if decision.path == "retry":
-            _write_schedule(conn, workflow_id, step, decision)
-        elif decision.path != "fail":
-            _write_escalation(conn, workflow_id, step, decision)
+    detail = f"{type(error).__name__}: {error}"
+    failed = conn.execute("UPDATE steps SET status = 'failed', error = ? WHERE workflow_id = ? AND name = ?"
+                          " AND status != 'complete'", (detail, workflow_id, step)).rowcount
+    if not failed:
+        return None
+    append_event(conn, workflow_id, step, "step_failed", detail)
+    if policy is None:
+        return Decision("fail", detail)
+    row = conn.execute(
+        "SELECT s.attempts, w.retry_budget - w.retries_used AS budget_left FROM steps s"
+        " JOIN workflows w ON w.id = s.workflow_id WHERE s.workflow_id = ? AND s.name = ?",
+        (workflow_id, step)).fetchone()
+    decision = decide(error, row["attempts"], policy, row["budget_left"])
+    if decision.path == "retry":
+        _write_schedule(conn, workflow_id, step, decision)
+    elif decision.path != "fail":
+        _write_escalation(conn, workflow_id, step, decision)
     return decision
 
 
@@ -123,8 +132,8 @@ def _write_schedule(conn: sqlite3.Connection, workflow_id: str, step: str, decis
     # The next attempt time, the workflow's next run time and one retry charged to its budget.
     # Nothing waits in memory: any worker may run the workflow again once the time has come, none before.
     run_at = now() + decision.delay
-    conn.execute("UPDATE steps SET status = 'retrying', next_attempt_at = ? WHERE workflow_id = ? AND name = ?",
-                 (run_at, workflow_id, step))
+    conn.execute("UPDATE steps SET status = 'retrying', next_attempt_at = ? WHERE workflow_id = ? AND name = ?"
+                 " AND status != 'complete'", (run_at, workflow_id, step))
     conn.execute("UPDATE workflows SET status = 'pending', next_run_at = ?, retries_used = retries_used + 1,"
                  " updated_at = ? WHERE id = ?", (run_at, now(), workflow_id))
     append_event(conn, workflow_id, step, "retry_scheduled", f"in {decision.delay:g} s: {decision.reason}")

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 SYNCHRONOUS_LEVELS = ("OFF", "NORMAL", "FULL", "EXTRA")
 
 SCHEMA = """
@@ -28,7 +28,8 @@ CREATE TABLE IF NOT EXISTS workflows (
     kind         TEXT NOT NULL,
     input        TEXT NOT NULL,
     status       TEXT NOT NULL CHECK (status IN
-                     ('pending', 'running', 'waiting', 'complete', 'failed', 'escalated', 'stopped', 'rejected')),
+                     ('pending', 'running', 'waiting', 'paused', 'complete', 'failed', 'escalated', 'stopped',
+                      'rejected', 'blocked', 'cancelled')),
     output       TEXT,
     error        TEXT,
     next_run_at  REAL DEFAULT 0,  -- may run from this time on (NULL: waits for a person)

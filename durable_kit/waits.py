@@ -5,20 +5,25 @@ workflow waits for (an approval, an answer, a time), the workflow's status
 becomes *waiting*, and the replay stops: no process sleeps until a person
 answers, for minutes or for days.
 
-A decision (``approve``, ``reject``, ``answer``) is saved in the same
-transaction that makes the workflow runnable again, so a worker can never run
-it without the decision. The next replay finds the decision and goes on.
-Decisions are final: the same decision again returns the first one; a
-different one is refused.
+A decision (``approve``, ``reject``, ``answer``) names the wait it answers
+and is saved in the same transaction that makes the workflow runnable again,
+so a worker can never run it without the decision. The next replay finds the
+decision and goes on. Decisions are final: the same decision again on the
+same wait returns the first one and saves nothing; a different one is
+refused. A decision that names no wait is taken only while the workflow has
+had exactly one wait of that kind, so a repeated click or command can never
+land on a later wait that nobody has looked at.
 
 A timer uses the same row: its end is computed once, when the workflow first
 reaches it, and stored, so every replay agrees on it.
 """
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
-from .journal import Suspended, WorkflowError
+from .errors import Suspended, WorkflowError
+from .faults import trip
 from .store import append_event, from_json, immediate, now, to_json
 
 if TYPE_CHECKING:
@@ -33,6 +38,10 @@ class NotWaiting(WorkflowError):
 
 class DecisionConflict(WorkflowError):
     """A different decision was already saved; decisions are final and nothing was changed."""
+
+
+class WhichWait(WorkflowError):
+    """The decision names no wait and the workflow has had several of that kind; nothing was changed."""
 
 
 def wait_for(wf: "Workflow", name: str, kind: str, request: Any = None, seconds: float | None = None) -> Any:
@@ -72,6 +81,7 @@ def wait_for(wf: "Workflow", name: str, kind: str, request: Any = None, seconds:
             return None
         conn.execute("UPDATE workflows SET status = 'waiting', next_run_at = ?, updated_at = ? WHERE id = ?",
                      (wake_at, now(), wf.id))
+    trip(conn, f"after_wait:{name}", wf.id)
     raise Suspended(f"workflow {wf.id!r} waits for {kind} {name!r}")
 
 
@@ -83,61 +93,89 @@ def _check_kind(wf: "Workflow", name: str, kind: str, row):
     return row
 
 
-def approve(journal: "Journal", workflow_id: str, by: str, comment: str = "") -> dict:
-    """Save an approval of the workflow's open approval wait and make it runnable; return the decision."""
-    return _decide(journal, workflow_id, "approval", {"approved": True, "by": by, "comment": comment}, "approved")
+def approve(journal: "Journal", workflow_id: str, by: str, comment: str = "", wait: str | None = None) -> dict:
+    """Approve the approval wait ``wait`` and make the workflow runnable; return the decision (see ``_decide``)."""
+    return _decide(journal, workflow_id, wait, "approval", {"approved": True, "by": by, "comment": comment}, "approved")
 
 
-def reject(journal: "Journal", workflow_id: str, by: str, comment: str = "") -> dict:
-    """Save a rejection of the workflow's open approval wait and make it runnable; return the decision."""
-    return _decide(journal, workflow_id, "approval", {"approved": False, "by": by, "comment": comment}, "approved")
+def reject(journal: "Journal", workflow_id: str, by: str, comment: str = "", wait: str | None = None) -> dict:
+    """Reject the approval wait ``wait`` and make the workflow runnable; return the decision (see ``_decide``)."""
+    return _decide(journal, workflow_id, wait, "approval", {"approved": False, "by": by, "comment": comment},
+                   "approved")
 
 
-def answer(journal: "Journal", workflow_id: str, text: str, by: str) -> dict:
-    """Save the answer to the workflow's open question and make it runnable; return the decision."""
+def answer(journal: "Journal", workflow_id: str, text: str, by: str, wait: str | None = None) -> dict:
+    """Answer the question ``wait`` and make the workflow runnable; return the decision (see ``_decide``)."""
     if not text.strip():
         raise WorkflowError(f"workflow {workflow_id!r}: the answer is empty; write the answer, then submit.")
-    return _decide(journal, workflow_id, "clarification", {"answer": text, "by": by}, "answer")
+    return _decide(journal, workflow_id, wait, "clarification", {"answer": text, "by": by}, "answer")
 
 
-def _decide(journal: "Journal", workflow_id: str, kind: str, decision: dict, deciding_field: str) -> dict:
+def _decide(journal: "Journal", workflow_id: str, wait: str | None, kind: str, decision: dict,
+            deciding_field: str) -> dict:
+    """Save ``decision`` on one wait; return it with ``wait``, ``saved`` and ``decided_at``.
+
+    ``saved`` is False when the wait was already decided the same way: the
+    first decision is returned and nothing is written. A different decision
+    raises ``DecisionConflict``; a wait not reached yet raises ``NotWaiting``;
+    no ``wait`` while the workflow has had several of this kind raises ``WhichWait``.
+    """
     # Read-then-write in one BEGIN IMMEDIATE: two people deciding at once cannot both win.
     if not decision["by"].strip():
-        raise WorkflowError(f"workflow {workflow_id!r}: say who decides (--by NAME); nothing was changed.")
+        raise WorkflowError(f"workflow {workflow_id!r}: say who decides (a name); nothing was changed.")
     conn = journal.conn
     with immediate(conn):
         workflow = conn.execute("SELECT status FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
         if workflow is None:
             raise WorkflowError(f"no workflow {workflow_id!r} in {journal.path.name}; check the id.")
-        open_wait = conn.execute(
-            "SELECT name FROM waits WHERE workflow_id = ? AND kind = ? AND status = 'waiting'",
-            (workflow_id, kind)).fetchone()
-        if open_wait is None:
-            return _earlier_decision(conn, workflow_id, kind, decision, deciding_field, workflow["status"])
-        decision_json = to_json(decision, workflow_id, open_wait["name"], f"{kind} decision")
+        name = wait if wait is not None else _only_wait(conn, workflow_id, kind, workflow["status"])
+        row = conn.execute("SELECT * FROM waits WHERE workflow_id = ? AND name = ?", (workflow_id, name)).fetchone()
+        if row is None or row["kind"] != kind:
+            raise NotWaiting(
+                f"workflow {workflow_id!r} has no {kind} wait named {name!r} (its status is {workflow['status']!r}); "
+                f"nothing was changed. Run `status` to see what it waits for, or try again once it reaches {name!r}.")
+        if row["status"] == "resolved":
+            first = from_json(row["decision"])
+            if first[deciding_field] != decision[deciding_field]:
+                raise DecisionConflict(
+                    f"workflow {workflow_id!r}, wait {name!r}: {_describe(first)} was already saved and is final; "
+                    "nothing was changed. Start a new workflow to decide differently.")
+            return {**first, "wait": name, "saved": False, "decided_at": row["resolved_at"]}
+        decision_json = to_json(decision, workflow_id, name, f"{kind} decision")
+        decided_at = now()
         conn.execute("UPDATE waits SET status = 'resolved', decision = ?, resolved_at = ?"
-                     " WHERE workflow_id = ? AND name = ?", (decision_json, now(), workflow_id, open_wait["name"]))
+                     " WHERE workflow_id = ? AND name = ?", (decision_json, decided_at, workflow_id, name))
         # Runnable now. A replay already running (a manual `run`) finds the decision under the lock instead.
         conn.execute("UPDATE workflows SET status = CASE status WHEN 'waiting' THEN 'pending' ELSE status END,"
                      " next_run_at = ?, updated_at = ? WHERE id = ?", (now(), now(), workflow_id))
-        append_event(conn, workflow_id, open_wait["name"], _event_name(decision), _describe(decision))
-    return from_json(decision_json)
+        append_event(conn, workflow_id, name, _event_name(decision), _describe(decision))
+    return {**decision, "wait": name, "saved": True, "decided_at": decided_at}
 
 
-def _earlier_decision(conn, workflow_id: str, kind: str, decision: dict, deciding_field: str, status: str) -> dict:
-    row = conn.execute(
-        "SELECT name, decision FROM waits WHERE workflow_id = ? AND kind = ? AND status = 'resolved'"
-        " ORDER BY resolved_at DESC LIMIT 1", (workflow_id, kind)).fetchone()
-    if row is None:
+def _only_wait(conn, workflow_id: str, kind: str, status: str) -> str:
+    # Unambiguous only while the workflow has had exactly one wait of this kind, open or decided.
+    rows = conn.execute("SELECT name, status, decision FROM waits WHERE workflow_id = ? AND kind = ?"
+                        " ORDER BY created_at, name", (workflow_id, kind)).fetchall()
+    if not rows:
         raise NotWaiting(
             f"workflow {workflow_id!r} is not waiting for {kind} (its status is {status!r}); nothing was changed. "
             f"Run `status` to see what it waits for, or try again once it reaches the {kind} wait.")
-    first = from_json(row["decision"])
-    if first[deciding_field] != decision[deciding_field]:
-        raise DecisionConflict(
-            f"workflow {workflow_id!r}, wait {row['name']!r}: {_describe(first)} was already saved and is final; "
-            "nothing was changed. Start a new workflow to decide differently.")
-    return first
+    if len(rows) > 1:
+        seen = "; ".join(f"{r['name']!r}: " + ("open" if r["status"] == "waiting" else _describe(from_json(r["decision"])))
+                         for r in rows)
+        raise WhichWait(
+            f"workflow {workflow_id!r} has had {len(rows)} {kind} waits ({seen}); name the one you decide "
+            "(--wait NAME); nothing was changed.")
+    return rows[0]["name"]
+
+
+def describe_outcome(workflow_id: str, result: dict) -> str:
+    """One line for a person: what was saved, or that an earlier identical decision stands and nothing was saved."""
+    decided = {k: v for k, v in result.items() if k not in ("wait", "saved", "decided_at")}
+    if result["saved"]:
+        return f"{workflow_id}, wait {result['wait']!r}: saved: {_describe(decided)}"
+    at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(result["decided_at"]))
+    return f"{workflow_id}, wait {result['wait']!r}: already {_event_name(decided)} by {decided['by']} at {at}; nothing saved"
 
 
 def _event_name(decision: dict) -> str:
@@ -162,3 +200,8 @@ def waits(journal: "Journal", workflow_id: str) -> list[dict]:
 def open_wait(journal: "Journal", workflow_id: str) -> dict | None:
     """What the workflow waits for now (its open wait), or None."""
     return next((w for w in waits(journal, workflow_id) if w["status"] == "waiting"), None)
+
+
+def named_wait(journal: "Journal", workflow_id: str, name: str) -> dict | None:
+    """One wait of the workflow by name, request and decision decoded; None if it was not reached yet."""
+    return next((w for w in waits(journal, workflow_id) if w["name"] == name), None)

@@ -11,17 +11,27 @@ once its lease expires, or at once if its owner's process is gone from this
 machine. ``leases=False`` is the unsafe worker of notebooks 03 to 05's
 assumption (one worker per database): at start it takes back *every*
 running workflow, and it writes without a fencing token.
+
+A storage fault (the database locked past its timeout, busy, full, read-only,
+an I/O error) is not a workflow's failure: the worker says so in one line,
+backs off, and tries again; the workflow it was running keeps its journal and
+is taken back once its lease expires.
 """
 from __future__ import annotations
 
 import signal
+import sqlite3
 import time
 from pathlib import Path
 
 from .effects import dispatch_outbox
-from .journal import WORKFLOWS, Journal, WorkflowError, run_workflow
+from .errors import WorkflowError
+from .journal import WORKFLOWS, Journal, run_workflow
 from .leases import DUE, LEASE_SECONDS, Lease, grant, grant_in_transaction, new_owner, revoke_abandoned
 from .store import immediate, now
+
+
+STORAGE_BACKOFF_CAP = 5.0  # seconds between tries while the database keeps failing
 
 
 def recover_abandoned(journal: Journal, assume_dead: bool = False, trust_pids: bool = True) -> list[str]:
@@ -81,6 +91,8 @@ def run_due(journal: Journal, log=print, owner: str | None = None, lease_seconds
             run_workflow(journal, workflow_id, lease, fenced=leases)
         except WorkflowError as error:
             log(f"{workflow_id}: {error}")
+        except sqlite3.Error:  # a storage fault, not the workflow's: run_worker backs off
+            raise
         except Exception as error:  # the workflow is marked failed; the worker goes on
             log(f"{workflow_id}: failed: {type(error).__name__}: {error}")
         row = journal.workflow(workflow_id)
@@ -102,10 +114,20 @@ def run_worker(db_path: str | Path, *, once: bool = False, until_idle: bool = Fa
             log(f"{workflow_id}: recovered")
     stopping = []
     previous = signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
-    runs = 0
+    runs, faults_in_a_row = 0, 0
     try:
         while not stopping:
-            ran = run_due(journal, log, owner, lease_seconds, leases, trust_pids)
+            try:
+                ran = run_due(journal, log, owner, lease_seconds, leases, trust_pids)
+                faults_in_a_row = 0
+            except sqlite3.Error as error:
+                faults_in_a_row += 1
+                wait = min(STORAGE_BACKOFF_CAP, poll * 2 ** faults_in_a_row)
+                log(f"storage fault in {Path(db_path).name}: {error}; nothing was lost, trying again in {wait:.1f} s")
+                if once:
+                    break
+                time.sleep(wait)
+                continue
             runs += ran
             if once or (until_idle and ran == 0):
                 break

@@ -59,3 +59,8 @@ def kinds(request):
     yield kind
     for name in registered:
         WORKFLOWS.pop(name, None)
+
+
+def plain(result: dict) -> dict:
+    """A decision as the workflow sees it: what ``approve``/``reject``/``answer`` return, less where and whether saved."""
+    return {k: v for k, v in result.items() if k not in ("wait", "saved", "decided_at")}

@@ -138,16 +138,16 @@ def test_a_key_is_made_of_the_workflow_and_the_action_only():
 def test_send_guarded_checks_a_fault_point_before_and_after_the_send(db):
     journal = started(db)
     sent = []
-    assert send_guarded(journal.conn, "w1", "notify", lambda: sent.append(1) or "ok") == "ok"
+    assert send_guarded(journal.open("w1"), "notify", lambda: sent.append(1) or "ok") == "ok"
 
     arm(journal.conn, "before_send:notify", "fail")
     with pytest.raises(InjectedFailure):
-        send_guarded(journal.conn, "w1", "notify", lambda: sent.append(2))
+        send_guarded(journal.open("w1"), "notify", lambda: sent.append(2))
     assert sent == [1]  # failed before: nothing sent
 
     arm(journal.conn, "after_send:notify", "fail")
     with pytest.raises(InjectedFailure):
-        send_guarded(journal.conn, "w1", "notify", lambda: sent.append(3))
+        send_guarded(journal.open("w1"), "notify", lambda: sent.append(3))
     assert sent == [1, 3]  # failed after: sent, and the caller never heard the answer
     fired = [e["detail"] for e in journal.history("w1") if e["event"] == "fault_fired"]
     assert fired == ["before_send:notify (fail)", "after_send:notify (fail)"]
@@ -200,7 +200,7 @@ def test_reconcile_then_send_adopts_an_existing_effect_without_sending(db):
     journal = started(db)
     sent = []
     found = {"refund_id": "R-0001", "order_id": "A-1001", "amount": 89.0}
-    result = reconcile_then_send(journal.conn, "w1", "refund", lambda: found, lambda: sent.append(1))
+    result = reconcile_then_send(journal.open("w1"), "refund", lambda: found, lambda: sent.append(1))
     assert result == {"sent": False, "receipt": found}
     assert sent == []
     last = journal.history("w1")[-1]
@@ -211,13 +211,13 @@ def test_reconcile_then_send_adopts_an_existing_effect_without_sending(db):
 def test_reconcile_then_send_sends_when_the_destination_has_nothing(db):
     journal = started(db)
     before = events(journal, "w1")
-    result = reconcile_then_send(journal.conn, "w1", "refund", lambda: [], lambda: {"refund_id": "R-0001"})
+    result = reconcile_then_send(journal.open("w1"), "refund", lambda: [], lambda: {"refund_id": "R-0001"})
     assert result == {"sent": True, "receipt": {"refund_id": "R-0001"}}
     assert events(journal, "w1") == before  # nothing reconciled
 
     arm(journal.conn, "before_send:refund", "fail")  # the send is guarded like every other send
     with pytest.raises(InjectedFailure):
-        reconcile_then_send(journal.conn, "w1", "refund", lambda: None, lambda: pytest.fail("sent anyway"))
+        reconcile_then_send(journal.open("w1"), "refund", lambda: None, lambda: pytest.fail("sent anyway"))
 
 
 def test_reconciliation_against_a_service_without_keys_pays_once(db):
@@ -225,7 +225,7 @@ def test_reconciliation_against_a_service_without_keys_pays_once(db):
     payments = Payments.beside(db, accepts_keys=False)
 
     def pay_once():
-        return reconcile_then_send(journal.conn, "w1", "refund", lambda: next(iter(payments.refunds("A-1001")), None),
+        return reconcile_then_send(journal.open("w1"), "refund", lambda: next(iter(payments.refunds("A-1001")), None),
                                    lambda: payments.refund("A-1001", 89.0))
 
     first, second = pay_once(), pay_once()
@@ -441,14 +441,18 @@ def test_a_crash_between_send_and_mark_sends_twice_and_the_keyed_destination_kee
     assert (history.count("outbox_enqueued"), history.count("outbox_sent"), history.count("fault_fired")) == (1, 1, 1)
 
 
-def test_a_payment_service_refuses_a_lower_fencing_token_for_the_same_order(db):
+def test_a_payment_service_refuses_a_lower_fencing_token_for_the_same_key(db):
     from durable_kit.fakes.payments import StaleToken
 
     payments = Payments.beside(db, accepts_keys=False)
-    assert payments.refund("A-1001", 89.0, fencing_token=2)["refund_id"] == "R-0001"
-    with pytest.raises(StaleToken, match="order A-1001: fencing token 1 is older than 2"):
-        payments.refund("A-1001", 89.0, fencing_token=1)  # the paused, superseded worker
+    assert payments.refund("A-1001", 89.0, "w1:refund", fencing_token=2)["refund_id"] == "R-0001"
+    with pytest.raises(StaleToken, match="key 'w1:refund': fencing token 1 is older than 2"):
+        payments.refund("A-1001", 89.0, "w1:refund", fencing_token=1)  # the paused, superseded worker
     assert [r["refund_id"] for r in payments.refunds()] == ["R-0001"]
-    assert payments.refund("A-1002", 420.0, fencing_token=1)["refund_id"] == "R-0002"  # tokens are per order
-    assert payments.refund("A-1001", 89.0, fencing_token=3)["refund_id"] == "R-0003"
+    # Fences are per key: another workflow's token 1, on the same order, is its own business.
+    assert payments.refund("A-1001", 89.0, "w2:refund", fencing_token=1)["refund_id"] == "R-0002"
+    assert payments.refund("A-1001", 89.0, "w1:refund", fencing_token=3)["refund_id"] == "R-0003"
     assert payments.request_count() == 4
+    with pytest.raises(ValueError, match="a fencing token needs the effect key it fences; nothing was refunded"):
+        payments.refund("A-1001", 89.0, fencing_token=4)
+    assert payments.request_count() == 4 and len(payments.refunds()) == 3

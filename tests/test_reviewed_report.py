@@ -14,7 +14,7 @@ from durable_kit.fakes.llm import load_topics
 from durable_kit.fakes.notifier import Notifier
 from durable_kit.waits import open_wait
 
-from conftest import dump, run_python
+from conftest import plain, dump, run_python
 
 TOPIC = "supplier concentration risk"
 KNOWN = load_topics()[TOPIC]
@@ -44,7 +44,11 @@ def decide(db, command: str, workflow_id: str, *options: str, expect: int = 0) -
     """approve / reject / answer with --json; the JSON it printed."""
     done = cli(command, "--db", str(db), "--workflow", workflow_id, *options, "--json")
     assert done.returncode == expect, (done.stdout, done.stderr)
-    return json.loads(done.stdout)
+    printed = json.loads(done.stdout)
+    if "decision" in printed:  # where it landed and whether it was saved, beside the decision itself
+        result = printed.pop("decision")
+        printed.update(decision=plain(result), wait=result["wait"], saved=result["saved"])
+    return printed
 
 
 def at_approval(db, workflow_id: str = "r1", topic: str = TOPIC) -> Journal:
@@ -102,7 +106,7 @@ def test_approve_then_a_worker_writes_the_report_and_notifies_once(db):
     journal = at_approval(db)
     saved = decide(db, "approve", "r1", "--by", "ana", "--comment", "ship it")
     assert saved == {"workflow_id": "r1", "decision": {"approved": True, "by": "ana", "comment": "ship it"},
-                     "status": "pending"}
+                     "status": "pending", "wait": "approval", "saved": True}
     assert model_calls(db) == 6
 
     assert worker(db) == ["r1: complete", "worker stopped"]
@@ -137,7 +141,11 @@ def test_a_second_decision_returns_the_first_or_is_refused_and_changes_nothing(d
 
     before = dump(db)
     assert decide(db, "approve", "r1", "--by", "bob", "--comment", "me too") == {
-        "workflow_id": "r1", "decision": first, "status": "pending"}
+        "workflow_id": "r1", "decision": first, "status": "pending", "wait": "approval", "saved": False}
+    repeat = cli("approve", "--db", str(db), "--workflow", "r1", "--by", "bob")
+    assert repeat.returncode == 0
+    assert repeat.stdout.startswith("r1, wait 'approval': already approved by ana at ")
+    assert repeat.stdout.endswith("; nothing saved; status pending\n")
     refused = decide(db, "reject", "r1", "--by", "bob", expect=2)
     assert list(refused) == ["error"]
     assert "workflow 'r1'" in refused["error"] and "approved by ana: ship it was already saved" in refused["error"]
@@ -180,7 +188,7 @@ def test_a_decision_without_a_name_is_refused_and_changes_nothing(db):
     before = dump(db)
     for command, text in [("approve", ()), ("reject", ()), ("answer", ("--text", TOPIC))]:
         refused = decide(db, command, "r1", *text, "--by", "", expect=2)
-        assert refused == {"error": "workflow 'r1': say who decides (--by NAME); nothing was changed."}
+        assert refused == {"error": "workflow 'r1': say who decides (a name); nothing was changed."}
     assert dump(db) == before
 
 
@@ -188,7 +196,7 @@ def test_reject_ends_the_workflow_with_no_report_and_no_notification(db):
     journal = at_approval(db)
     saved = decide(db, "reject", "r1", "--by", "bob", "--comment", "evidence too thin")
     assert saved == {"workflow_id": "r1", "decision": {"approved": False, "by": "bob", "comment": "evidence too thin"},
-                     "status": "pending"}
+                     "status": "pending", "wait": "approval", "saved": True}
     assert worker(db) == ["r1: rejected", "worker stopped"]
 
     wf = journal.workflow("r1")
@@ -236,7 +244,7 @@ def test_a_broad_topic_asks_first_then_researches_the_answer(db):
 
     first = {"answer": TOPIC, "by": "ana"}
     assert decide(db, "answer", "q1", "--text", TOPIC, "--by", "ana") == {
-        "workflow_id": "q1", "decision": first, "status": "pending"}
+        "workflow_id": "q1", "decision": first, "status": "pending", "wait": "clarify", "saved": True}
     before = dump(db)
     assert decide(db, "answer", "q1", "--text", TOPIC, "--by", "bob")["decision"] == first
     conflict = decide(db, "answer", "q1", "--text", "something else", "--by", "bob", expect=2)

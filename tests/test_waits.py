@@ -13,10 +13,11 @@ import durable_kit
 import durable_kit.agents  # noqa: F401  (registers research_report and reviewed_report)
 from durable_kit import Journal, Workflow, WorkflowError, run_workflow
 from durable_kit import waits as waits_module
-from durable_kit.waits import DecisionConflict, NotWaiting, answer, approve, open_wait, reject, waits
+from durable_kit.waits import (DecisionConflict, NotWaiting, answer, approve, describe_outcome, open_wait, reject,
+                               waits)
 from durable_kit.worker import claim, due_workflows, run_due
 
-from conftest import ROOT, dump
+from conftest import ROOT, dump, plain
 
 DRAFT = {"text": "draft 1"}
 
@@ -93,8 +94,10 @@ def test_replaying_a_waiting_workflow_keeps_one_wait_and_runs_nothing_again(jour
 # --- approve ---
 
 def test_approve_saves_the_decision_and_makes_the_workflow_due(journal, gated):
-    decision = approve(journal, "g1", "ana", "looks right")
+    result = approve(journal, "g1", "ana", "looks right")
+    decision = plain(result)
     assert decision == {"approved": True, "by": "ana", "comment": "looks right"}
+    assert (result["wait"], result["saved"]) == ("gate", True)
     wf = journal.workflow("g1")
     assert wf["status"] == "pending" and wf["next_run_at"] <= time.time()
     (wait,) = waits(journal, "g1")
@@ -131,10 +134,15 @@ def test_the_decision_and_the_status_change_commit_together(journal, gated):
 
 def test_the_same_decision_again_returns_the_first_and_writes_nothing(journal, gated):
     first = approve(journal, "g1", "ana", "looks right")
+    assert first["saved"] is True
+    first = {**first, "saved": False}  # what every repeat returns: the first decision, and nothing saved
     before = dump(journal.path)
     assert approve(journal, "g1", "bob", "me too") == first
     assert approve(journal, "g1", "ana") == first
+    assert approve(journal, "g1", "ana", wait="gate") == first
     assert dump(journal.path) == before
+    assert describe_outcome("g1", first).startswith("g1, wait 'gate': already approved by ana at ")
+    assert describe_outcome("g1", first).endswith("; nothing saved")
 
     run_due(journal, quiet)
     assert journal.workflow("g1")["status"] == "complete"
@@ -147,7 +155,8 @@ def test_the_same_decision_again_returns_the_first_and_writes_nothing(journal, g
 def test_a_second_rejection_returns_the_first(journal, gated):
     first = reject(journal, "g1", "bob", "not yet")
     before = dump(journal.path)
-    assert reject(journal, "g1", "cy", "agreed") == first == {"approved": False, "by": "bob", "comment": "not yet"}
+    assert reject(journal, "g1", "cy", "agreed") == {**first, "saved": False}
+    assert plain(first) == {"approved": False, "by": "bob", "comment": "not yet"}
     assert dump(journal.path) == before
 
 
@@ -218,14 +227,14 @@ def test_a_decision_needs_someone_who_decides(journal, gated, by):
     before = dump(journal.path)
     for decide in (lambda: approve(journal, "g1", by), lambda: reject(journal, "g1", by, "why"),
                    lambda: answer(journal, "g1", "a topic", by)):
-        with pytest.raises(WorkflowError, match=r"workflow 'g1': say who decides \(--by NAME\); nothing was changed"):
+        with pytest.raises(WorkflowError, match=r"workflow 'g1': say who decides \(a name\); nothing was changed"):
             decide()
     assert dump(journal.path) == before
     assert journal.workflow("g1")["status"] == "waiting"
 
 
 def test_reject_resumes_the_workflow_which_ends_rejected(journal, gated):
-    assert reject(journal, "g1", "bob") == {"approved": False, "by": "bob", "comment": ""}
+    assert plain(reject(journal, "g1", "bob")) == {"approved": False, "by": "bob", "comment": ""}
     assert journal.workflow("g1")["status"] == "pending"
     last = journal.history("g1")[-1]
     assert (last["event"], last["detail"]) == ("rejected", "rejected by bob")
@@ -263,10 +272,10 @@ def test_an_answer_is_what_ask_returns_and_is_final(journal, kinds):
     assert dump(journal.path) == before
 
     first = answer(journal, "q1", "pumps", "ana")
-    assert first == {"answer": "pumps", "by": "ana"}
+    assert plain(first) == {"answer": "pumps", "by": "ana"}
     assert journal.history("q1")[-1]["detail"] == "answered by ana: pumps"
     before = dump(journal.path)
-    assert answer(journal, "q1", "pumps", "bob") == first
+    assert answer(journal, "q1", "pumps", "bob") == {**first, "saved": False}
     with pytest.raises(DecisionConflict, match="'q1', wait 'clarify': answered by ana: pumps was already saved"):
         answer(journal, "q1", "valves", "bob")
     assert dump(journal.path) == before
@@ -465,7 +474,7 @@ def test_an_approval_saved_while_a_replay_reaches_the_wait_is_not_lost(journal, 
     monkeypatch.setattr(Workflow, "_write", approval_lands_first)
     run_workflow(journal, "g1")
     monkeypatch.undo()
-    assert decided == [{"approved": True, "by": "ana", "comment": ""}]
+    assert [plain(d) for d in decided] == [{"approved": True, "by": "ana", "comment": ""}]
     assert waits(journal, "g1")[0]["status"] == "resolved"
 
     run_due(journal, quiet)

@@ -108,31 +108,36 @@ def refund_agent(wf: Workflow) -> dict:
 
 
 def issue_refund(wf: Workflow, strategy: str, refund: dict) -> dict | None:
-    """Pay the refund by ``strategy``; return the receipt, or None if an earlier attempt may have paid."""
-    order_id, amount, conn = refund["order_id"], refund["amount"], wf.conn
+    """Pay the refund by ``strategy``; return the receipt, or None if an earlier attempt may have paid.
+
+    Every keyed request carries this replay's fencing token, which the
+    payment service checks per key: a paused owner that lost its lease is
+    refused if its successor already paid.
+    """
+    order_id, amount, token = refund["order_id"], refund["amount"], wf.fencing_token
     if strategy == "outbox":
         return send_via_outbox(wf, "refund", "payments.refund", refund)
     payments = Payments.beside(wf.db_path, accepts_keys=strategy in ("destination_key", "outbox"))
+    key = effect_key(wf.id, "refund")
     if strategy == "naive":
         return wf.execute_step("refund", lambda: send_guarded(
-            conn, wf.id, "refund", lambda: payments.refund(order_id, amount)), refund)
+            wf, "refund", lambda: payments.refund(order_id, amount)), refund)
     if strategy == "destination_key":
-        key = effect_key(wf.id, "refund")
         return wf.execute_step("refund", lambda: send_guarded(
-            conn, wf.id, "refund", lambda: payments.refund(order_id, amount, key)), refund)
+            wf, "refund", lambda: payments.refund(order_id, amount, key, fencing_token=token)), refund)
     if strategy == "reservation":
         result = wf.execute_step("refund", lambda: send_at_most_once(
-            wf, "refund", lambda key: payments.refund(order_id, amount, key)), refund)
+            wf, "refund", lambda k: payments.refund(order_id, amount, k, fencing_token=token)), refund)
         return result["receipt"] if result["sent"] else None
+    # Without keys the service cannot deduplicate, but it can still fence by the effect key.
     result = wf.execute_step("refund", lambda: reconcile_then_send(
-        conn, wf.id, "refund", lambda: next(iter(payments.refunds(order_id)), None),
-        lambda: payments.refund(order_id, amount)), refund)
+        wf, "refund", lambda: next(iter(payments.refunds(order_id)), None),
+        lambda: payments.refund(order_id, amount, key, fencing_token=token)), refund)
     return result["receipt"]
 
 
 def notify_customer(wf: Workflow, strategy: str, message: dict) -> bool:
     """Tell the customer by ``strategy``; False if an earlier attempt reserved the key and this one did not send."""
-    conn = wf.conn
     if strategy == "outbox":
         send_via_outbox(wf, "notify", "notifier.send", message)
         return True
@@ -142,7 +147,7 @@ def notify_customer(wf: Workflow, strategy: str, message: dict) -> bool:
         return wf.execute_step("notify", lambda: send_at_most_once(
             wf, "notify", lambda k: notifier.send(message["to"], message["message"], k)), message)["sent"]
     wf.execute_step("notify", lambda: send_guarded(
-        conn, wf.id, "notify", lambda: notifier.send(message["to"], message["message"], key)), message)
+        wf, "notify", lambda: notifier.send(message["to"], message["message"], key)), message)
     return True
 
 

@@ -5,7 +5,9 @@ idempotency key, as many payment APIs do: the same key with the same
 parameters returns the original refund; the same key with other parameters
 is refused. With ``accepts_keys=False`` every request is a new refund, but the
 service can list the refunds of an order, which is what reconciliation asks.
-Every request is counted, whatever became of it.
+Either way it can check fencing tokens: given a key and a token, it refuses a
+token lower than the highest it has seen with that key. Every request is
+counted, whatever became of it.
 """
 from __future__ import annotations
 
@@ -22,8 +24,8 @@ CREATE TABLE IF NOT EXISTS requests (
     at       REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS fences (
-    order_id TEXT PRIMARY KEY,
-    token    INTEGER NOT NULL  -- the highest fencing token seen for this order
+    key   TEXT PRIMARY KEY,  -- the effect key the token fences (one workflow's one action)
+    token INTEGER NOT NULL   -- the highest fencing token seen with this key
 );
 CREATE TABLE IF NOT EXISTS refunds (
     refund_id TEXT PRIMARY KEY,
@@ -40,7 +42,7 @@ class KeyReused(ValueError):
 
 
 class StaleToken(ValueError):
-    """A request carried a lower fencing token than one already seen for the order; nothing was refunded."""
+    """A request carried a lower fencing token than one already seen with its key; nothing was refunded."""
 
 
 def payments_path(db_path: str | Path) -> Path:
@@ -63,20 +65,24 @@ class Payments:
     def refund(self, order_id: str, amount: float, key: str | None = None, fencing_token: int | None = None) -> dict:
         """Refund ``amount`` on ``order_id``; with a key (and ``accepts_keys``), at most one refund per key.
 
-        With a ``fencing_token`` (the caller's lease token), a request whose
-        token is lower than one already seen for the order is refused: a
-        paused worker that lost its lease cannot pay after its successor.
+        With a ``fencing_token`` (the caller's lease token) and a ``key``, a
+        request whose token is lower than one already seen with that key is
+        refused (``StaleToken``): a paused worker that lost its lease cannot
+        pay after its successor did. Fences are per key, so one workflow's
+        token never blocks another's.
         """
+        if fencing_token is not None and key is None:
+            raise ValueError(f"order {order_id}: a fencing token needs the effect key it fences; nothing was refunded.")
         self.conn.execute("INSERT INTO requests (key, order_id, amount, at) VALUES (?, ?, ?, ?)",
                           (key, order_id, amount, now()))  # counted on arrival, whatever happens next
         with immediate(self.conn):
             if fencing_token is not None:
-                seen = self.conn.execute("SELECT token FROM fences WHERE order_id = ?", (order_id,)).fetchone()
+                seen = self.conn.execute("SELECT token FROM fences WHERE key = ?", (key,)).fetchone()
                 if seen is not None and fencing_token < seen["token"]:
-                    raise StaleToken(f"order {order_id}: fencing token {fencing_token} is older than {seen['token']};"
+                    raise StaleToken(f"key {key!r}: fencing token {fencing_token} is older than {seen['token']};"
                                      " the sender lost its lease, so nothing was refunded.")
-                self.conn.execute("INSERT INTO fences (order_id, token) VALUES (?, ?) ON CONFLICT (order_id)"
-                                  " DO UPDATE SET token = excluded.token", (order_id, fencing_token))
+                self.conn.execute("INSERT INTO fences (key, token) VALUES (?, ?) ON CONFLICT (key)"
+                                  " DO UPDATE SET token = MAX(token, excluded.token)", (key, fencing_token))
             if self.accepts_keys and key is not None:
                 earlier = self.conn.execute("SELECT * FROM refunds WHERE key = ?", (key,)).fetchone()
                 if earlier is not None:

@@ -1,0 +1,43 @@
+"""Floor 1: the exceptions every floor above may raise or catch.
+
+They live below the journal so that modules which use each other's errors
+(the journal, waits, effects) never need to import each other for them.
+"""
+from __future__ import annotations
+
+import sqlite3
+
+
+class WorkflowError(RuntimeError):
+    """A workflow or step was used in a way the journal cannot honour; nothing was written."""
+
+
+class Suspended(BaseException):
+    """This replay stops here; the database already says when the workflow may run again.
+
+    A BaseException, like KeyboardInterrupt, so that workflow code catching
+    ``Exception`` lets it pass.
+    """
+
+
+class Ended(BaseException):
+    """The workflow reached a final status other than *complete*; the status is already committed."""
+
+
+class LeaseLost(BaseException):
+    """This process may no longer write this workflow's journal; nothing was written.
+
+    Raised when another owner was granted the workflow (a newer fencing
+    token), or, before an attempt starts, when this owner's lease expired by
+    the database's clock or its heartbeat gave up. A BaseException, so
+    workflow code catching ``Exception`` lets it pass.
+    """
+
+
+def is_storage_fault(error: BaseException) -> bool:
+    """True for an error of the storage itself (locked, busy, full, read-only, I/O), not of the workflow.
+
+    Such an error says nothing about the workflow's code or data: the work
+    is left as it was, to be resumed once the storage answers again.
+    """
+    return isinstance(error, sqlite3.OperationalError) or type(error) is sqlite3.DatabaseError

@@ -36,7 +36,7 @@ def test_approve_button_saves_the_decision_and_the_workflow_runs_on(db, capsys):
     panel.approver.value, panel.comment.value = "Dana", "evidence is sound"
     panel.approve_button.click()
 
-    assert panel.result.value == "Saved: approved by Dana. Workflow status: pending."
+    assert panel.result.value == "Saved: approved by Dana (evidence is sound). Workflow status: pending."
     assert capsys.readouterr() == ("", "")  # results go to widget values, never to stdout
     output = run_workflow(Journal(db), wid)
     assert output["approved_by"] == "Dana" and output["notification"] == "sent"
@@ -50,10 +50,19 @@ def test_a_second_click_returns_the_first_decision_and_a_conflicting_one_is_refu
     panel.approve_button.click()
     before = dump(db)
 
-    panel.approver.value = "Eve"
-    panel.approve_button.click()
+    # Once decided, the panel shows the decision and its controls no longer apply.
     assert panel.result.value == "Saved: approved by Dana. Workflow status: pending."
-    panel.reject_button.click()
+    assert "approval &#x27;approval&#x27;: was decided" in panel.request.value
+    assert all(c.disabled for c in (panel.approver, panel.comment, panel.approve_button, panel.reject_button))
+    # A second panel for the same wait (another person's screen) opens decided and disabled too.
+    other = widgets.ApprovalPanel(db, wid)
+    assert other.result.value == "Decided: approved by Dana."
+    assert other.approve_button.disabled and other.reject_button.disabled
+    # Driven anyway (a stale screen, a script), a repeat saves nothing and a conflicting decision is refused.
+    panel.approver.value = "Eve"
+    panel._save(approve, "Eve")
+    assert panel.result.value == "Already decided, nothing saved: approved by Dana. Workflow status: pending."
+    panel._save(widgets.reject, "Eve")
     assert panel.result.value.startswith("Nothing saved: workflow 'r1', wait 'approval': approved by Dana")
     assert dump(db) == before
 
@@ -63,7 +72,7 @@ def test_reject_button_ends_the_workflow_without_report_or_notification(db):
     panel = widgets.ApprovalPanel(db, wid)
     panel.approver.value, panel.comment.value = "Dana", "sources too thin"
     panel.reject_button.click()
-    assert panel.result.value == "Saved: rejected by Dana. Workflow status: pending."
+    assert panel.result.value == "Saved: rejected by Dana (sources too thin). Workflow status: pending."
 
     journal = Journal(db)
     assert run_workflow(journal, wid) is None
@@ -78,7 +87,7 @@ def test_a_panel_without_an_approver_name_saves_nothing(db):
     panel = widgets.ApprovalPanel(db, wid)
     before = dump(db)
     panel.approve_button.click()
-    assert panel.result.value.startswith("Nothing saved: workflow 'r1': say who decides")
+    assert panel.result.value == "Nothing saved: type your name first."  # the panel's words, not a flag
     assert dump(db) == before
 
 
@@ -86,12 +95,19 @@ def test_a_panel_for_a_workflow_that_is_not_waiting_says_so_and_saves_nothing(db
     journal = Journal(db)
     journal.start("reviewed_report", {"topic": TOPIC}, "not-yet")
     panel = widgets.ApprovalPanel(db, "not-yet")
-    assert "has not asked for an approval" in panel.request.value
+    assert "has not reached approval yet" in panel.request.value
+    assert panel.approve_button.disabled and panel.reject_button.disabled
     before = dump(db)
     panel.approver.value = "Dana"
-    panel.approve_button.click()
+    panel._save(approve, "Dana")  # driven anyway
     assert panel.result.value.startswith("Nothing saved: workflow 'not-yet' is not waiting for approval")
     assert dump(db) == before
+    # Bound by name to a wait not reached yet, it enables itself on refresh once the workflow gets there.
+    named = widgets.ApprovalPanel(db, "not-yet", wait="approval")
+    assert "has not reached approval &#x27;approval&#x27; yet" in named.request.value and named.approve_button.disabled
+    run_workflow(journal, "not-yet")
+    named.refresh()
+    assert "asks for approval" in named.request.value and not named.approve_button.disabled
 
 
 def test_the_clarification_panel_saves_the_answer_and_the_workflow_replans(db):
@@ -101,7 +117,7 @@ def test_the_clarification_panel_saves_the_answer_and_the_workflow_replans(db):
 
     panel.person.value = "Sam"
     panel.submit_button.click()
-    assert panel.result.value.startswith("Nothing saved: workflow 'c1': the answer is empty")
+    assert panel.result.value == "Nothing saved: write the answer first."
     panel.answer.value = TOPIC
     panel.submit_button.click()
     assert panel.result.value == "Saved: 'supplier concentration risk' from Sam. Workflow status: pending."
@@ -143,3 +159,79 @@ def test_the_approval_panel_shows_a_structured_refund_recommendation(db):
     panel.approve_button.click()
     assert panel.result.value == "Saved: approved by Priya. Workflow status: pending."
     assert run_workflow(journal, "refund-1")["approved_by"] == "Priya"
+
+
+TWO_GATES = """
+import durable_kit
+
+
+@durable_kit.workflow("widget_two_gates")
+def two_gates(wf):
+    wf.wait_for_approval("plan", {"recommendation": "refund 89 EUR"})
+    wf.wait_for_approval("payment", {"recommendation": "pay 89 EUR"})
+    return "paid"
+"""
+
+
+def test_each_panel_is_bound_to_one_wait_and_never_decides_a_later_one(db, tmp_path):
+    module = tmp_path / "gates.py"
+    module.write_text(TWO_GATES)
+    from durable_kit.__main__ import load_module
+    load_module(str(module))
+    journal = Journal(db)
+    journal.start("widget_two_gates", {}, "g1")
+    run_workflow(journal, "g1")
+    plan_panel = widgets.ApprovalPanel(db, "g1")
+    assert plan_panel.wait == "plan"
+    plan_panel.approver.value = "Dana"
+    plan_panel.approve_button.click()
+    run_workflow(journal, "g1")  # now the payment waits
+    before = dump(db)
+    plan_panel._save(approve, "Dana")  # the plan's panel clicked again: stays on the plan
+    assert plan_panel.result.value.startswith("Already decided, nothing saved: approved by Dana")
+    assert dump(db) == before
+    payment_panel = widgets.ApprovalPanel(db, "g1")
+    assert payment_panel.wait == "payment" and not payment_panel.approve_button.disabled
+    payment_panel.approver.value = "Sam"
+    payment_panel.approve_button.click()
+    assert run_workflow(journal, "g1") == "paid"
+
+
+LIVE = """
+import time
+import durable_kit
+
+
+@durable_kit.workflow("widget_live")
+def live(wf):
+    for name in ("one", "two", "three"):
+        wf.execute_step(name, lambda: time.sleep(0.2) or name)
+    return "done"
+"""
+
+
+def test_the_inspector_follows_a_workflow_run_by_a_worker_in_another_process(db, tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    module = tmp_path / "live.py"
+    module.write_text(LIVE)
+    journal = Journal(db)
+    journal.start("widget_live", {}, "l1")
+    inspector = widgets.WorkflowInspector(db, "l1", every=0.05)
+    assert inspector.summary.value == "<p><b>l1 (widget_live): pending</b></p>"
+    inspector.follow.value = True  # what clicking Follow does
+    worker = subprocess.run([sys.executable, "-m", "durable_kit", "worker", "--db", str(db), "--until-idle",
+                             "--module", str(module)], capture_output=True, text=True, timeout=60)
+    assert worker.returncode == 0, worker.stderr
+    deadline = time.monotonic() + 5
+    while "complete" not in inspector.summary.value and time.monotonic() < deadline:
+        time.sleep(0.02)
+    inspector.follow.value = False
+    assert inspector.summary.value == "<p><b>l1 (widget_live): complete</b></p>"
+    assert inspector.refreshes > 1
+    assert inspector.steps.value.count("<td>complete</td>") == 3
+    after = inspector.refreshes
+    time.sleep(0.2)
+    assert inspector.refreshes == after  # Follow off: no more reads

@@ -73,6 +73,31 @@ def cmd_decide(args) -> int:
     return 0
 
 
+def cmd_cancel(args) -> int:
+    """Ask a workflow to stop at its next step boundary; a worker then runs its compensations."""
+    from .journal import Journal
+
+    row = Journal(args.db).cancel(args.workflow, args.by, args.reason)
+    print(json.dumps({"workflow_id": args.workflow, "status": row["status"]}) if args.json
+          else f"{args.workflow}: cancellation saved ({row['status']}); it stops at its next step boundary and "
+               "undoes what it did, newest first")
+    return 0
+
+
+def cmd_fork(args) -> int:
+    """Start a new workflow from another's journal up to a step; the original is left as it is."""
+    from . import agents  # noqa: F401  (registers the built-in workflows, for the version the fork records)
+    from .journal import Journal
+
+    if args.module:
+        load_module(args.module)
+    new_input = json.loads(args.input) if args.input else None
+    new_id = Journal(args.db).fork(args.workflow, args.new_id, args.up_to, args.by, new_input)
+    print(json.dumps({"workflow_id": new_id, "forked_from": args.workflow, "up_to": args.up_to}) if args.json
+          else f"{new_id}: forked from {args.workflow} up to {args.up_to}; a worker runs the rest")
+    return 0
+
+
 def cmd_resume(args) -> int:
     """Resume a paused or failed workflow: the next worker replays it, reusing every completed step."""
     from .journal import Journal
@@ -89,16 +114,28 @@ def cmd_status(args) -> int:
 
     journal = Journal(args.db)
     wf = journal.workflow(args.workflow)
-    steps = [{key: step[key] for key in ("name", "status", "attempts", "error", "next_attempt_at")}
+    steps = [{**{key: step[key] for key in ("name", "status", "attempts", "error", "next_attempt_at", "position")},
+              "versions": json.loads(step["versions"]) if step["versions"] else None}
              for step in journal.steps(args.workflow)]
     waiting = open_wait(journal, args.workflow)
     waiting_for = waiting and {key: waiting[key] for key in ("name", "kind", "request", "wake_at")}
     if args.json:
-        print(json.dumps({"workflow": {k: wf[k] for k in ("id", "kind", "status", "error", "next_run_at",
-                                                          "retries_used", "retry_budget", "output")},
+        print(json.dumps({"workflow": {**{k: wf[k] for k in ("id", "kind", "status", "error", "next_run_at",
+                                                             "retries_used", "retry_budget", "output", "version")},
+                                       "origin": json.loads(wf["origin"]) if wf["origin"] else None,
+                                       "cancel_requested": json.loads(wf["cancel_requested"])
+                                       if wf["cancel_requested"] else None},
                           "waiting_for": waiting_for, "steps": steps}))
         return 0
-    print(f"{wf['id']} ({wf['kind']}): {wf['status']}" + (f" - {wf['error']}" if wf["error"] else ""))
+    print(f"{wf['id']} ({wf['kind']}, version {wf['version'] or 'not recorded'}): {wf['status']}"
+          + (f" - {wf['error']}" if wf["error"] else ""))
+    if wf["origin"]:
+        origin = json.loads(wf["origin"])
+        print(f"  forked from {origin['workflow']} up to step {origin['up_to']} by {origin['by']}")
+    if wf["cancel_requested"] and wf["status"] != "cancelled":
+        request = json.loads(wf["cancel_requested"])
+        print(f"  cancellation requested by {request['by']}: {request['reason']}")
+
     if waiting_for:
         print(f"  waiting for {waiting_for['kind']} {waiting_for['name']!r}")
         for key, value in (waiting_for["request"] or {}).items():
@@ -110,6 +147,8 @@ def cmd_status(args) -> int:
             line += f"  next attempt in {max(0.0, step['next_attempt_at'] - time.time()):.1f} s"
         if step["error"]:
             line += f"  last error: {step['error']}"
+        if step["versions"]:
+            line += "  versions " + ", ".join(f"{k}={v}" for k, v in sorted(step["versions"].items()))
         print(line)
     return 0
 
@@ -266,7 +305,27 @@ def build_parser() -> argparse.ArgumentParser:
     answer.add_argument("--json", action="store_true")
     answer.set_defaults(handler=cmd_decide)
 
-    resume = commands.add_parser("resume", help="resume a paused or failed workflow from its last completed step")
+    cancel = commands.add_parser("cancel", help="cancel a workflow: it stops at its next step and undoes its effects")
+    cancel.add_argument("--db", required=True)
+    cancel.add_argument("--workflow", required=True)
+    cancel.add_argument("--by", required=True, help="who cancels (saved in the history)")
+    cancel.add_argument("--reason", required=True, help="why")
+    cancel.add_argument("--json", action="store_true")
+    cancel.set_defaults(handler=cmd_cancel)
+
+    fork = commands.add_parser("fork", help="start a new workflow from another's completed steps up to one step")
+    fork.add_argument("--db", required=True)
+    fork.add_argument("--workflow", required=True, help="the workflow to fork from (left unchanged)")
+    fork.add_argument("--up-to", required=True, help="the last completed step the fork reuses")
+    fork.add_argument("--new-id", required=True, help="the new workflow's id")
+    fork.add_argument("--by", required=True, help="who forks it (saved in the history)")
+    fork.add_argument("--input", help="a new input as JSON (default: the original's)")
+    fork.add_argument("--module", help="a Python file that registers more workflows")
+    fork.add_argument("--json", action="store_true")
+    fork.set_defaults(handler=cmd_fork)
+
+    resume = commands.add_parser("resume", help="resume a paused, failed or blocked workflow from its last "
+                                                "completed step")
     resume.add_argument("--db", required=True)
     resume.add_argument("--workflow", required=True)
     resume.add_argument("--by", required=True, help="who resumes it (saved in the history)")

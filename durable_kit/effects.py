@@ -130,16 +130,19 @@ def send_via_outbox(wf: "Workflow", action: str, destination_name: str, payload:
     """
     wf._claim_name(action)
     key = effect_key(wf.id, action)
+    payload_json = to_json(payload, wf.id, action, "outbox payload")
+    wf._place(action, payload_json)
     if action in wf._outputs:
         wf._reused.append(action)
     else:
+        wf._stop_if_cancelled()
         output_json = to_json({"key": key, "destination": destination_name}, wf.id, action, "outbox intent")
-        payload_json = to_json(payload, wf.id, action, "outbox payload")
         with wf._write():
             wf._write_reused()
             wf.conn.execute(
-                "INSERT INTO steps (workflow_id, name, status, input, output, attempts, started_at, completed_at)"
-                " VALUES (?, ?, 'complete', ?, ?, 1, ?, ?)", (wf.id, action, payload_json, output_json, now(), now()))
+                "INSERT INTO steps (workflow_id, name, status, input, output, attempts, position, started_at,"
+                " completed_at) VALUES (?, ?, 'complete', ?, ?, 1, ?, ?, ?)",
+                (wf.id, action, payload_json, output_json, wf._position, now(), now()))
             wf.conn.execute(
                 "INSERT INTO outbox (key, workflow_id, action, destination, payload, status, created_at)"
                 " VALUES (?, ?, ?, ?, ?, 'pending', ?)", (key, wf.id, action, destination_name, payload_json, now()))

@@ -41,3 +41,12 @@ def is_storage_fault(error: BaseException) -> bool:
     is left as it was, to be resumed once the storage answers again.
     """
     return isinstance(error, sqlite3.OperationalError) or type(error) is sqlite3.DatabaseError
+
+
+class NonDeterminism(Suspended):
+    """A replay asked for steps in another order, or with other inputs, than the journal recorded.
+
+    The workflow is saved as *blocked* before this is raised, and nothing after
+    the divergence runs: deploy code that replays the recorded history (for
+    example behind ``Workflow.patched``), then ``resume`` it, or ``fork`` it.
+    """

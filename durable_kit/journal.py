@@ -27,23 +27,29 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
-from . import waits
-from .errors import Ended, LeaseLost, Suspended, WorkflowError, is_storage_fault
+from . import change, waits
+from .errors import Ended, LeaseLost, NonDeterminism, Suspended, WorkflowError, is_storage_fault
 from .faults import tracing, trip
 from .leases import FINAL_STATUSES, Heartbeat, Lease, check, grant, new_owner, release
 from .retries import Crashed, FormatFailure, InvalidRequest, RetryPolicy, record_failure
 from .store import append_event, connect, from_json, immediate, now, to_json
 
 WORKFLOWS: dict[str, Callable[["Workflow"], Any]] = {}
+VERSIONS: dict[str, str] = {}  # kind -> the code version a new workflow of that kind records
 
 # A step without a retry policy whose attempts keep killing their process escalates after this many.
 CRASH_LIMIT = RetryPolicy(max_attempts=3)
 
 
-def workflow(kind: str) -> Callable:
-    """Register a workflow function under ``kind`` so any process can run it by name."""
+def workflow(kind: str, version: str | None = None) -> Callable:
+    """Register a workflow function under ``kind`` so any process can run it by name.
+
+    ``version`` names the code; without it, a hash of the function's source
+    (``change.source_version``). A workflow records the version it started under.
+    """
     def register(fn: Callable[["Workflow"], Any]) -> Callable[["Workflow"], Any]:
         WORKFLOWS[kind] = fn
+        VERSIONS[kind] = version or change.source_version(fn)
         return fn
     return register
 
@@ -94,11 +100,12 @@ class Journal:
                     )
                 return workflow_id
             self.conn.execute(
-                "INSERT INTO workflows (id, kind, input, status, retry_budget, created_at, updated_at)"
-                " VALUES (?, ?, ?, 'pending', ?, ?, ?)",
-                (workflow_id, kind, input_json, retry_budget, now(), now()),
+                "INSERT INTO workflows (id, kind, input, status, retry_budget, version, created_at, updated_at)"
+                " VALUES (?, ?, ?, 'pending', ?, ?, ?, ?)",
+                (workflow_id, kind, input_json, retry_budget, VERSIONS.get(kind), now(), now()),
             )
-            self._event(workflow_id, None, "workflow_created", kind)
+            self._event(workflow_id, None, "workflow_created",
+                        kind + (f" (version {VERSIONS[kind]})" if kind in VERSIONS else ""))
         return workflow_id
 
     def workflow(self, workflow_id: str) -> dict:
@@ -124,23 +131,32 @@ class Journal:
         return Workflow(self, self.workflow(workflow_id), lease, heartbeat)
 
     def resume(self, workflow_id: str, by: str) -> dict:
-        """Make a *paused* or *failed* workflow pending again, so the next worker replays it; return its row.
+        """Make a *paused*, *failed* or *blocked* workflow pending again, so the next worker replays it.
 
-        A replay reuses every completed step and retries the rest. Any other
-        status is refused with a ``WorkflowError`` and nothing changes.
+        A replay reuses every completed step and retries the rest (a blocked
+        one blocks again unless the new code replays its history). Any other
+        status is refused with a ``WorkflowError`` and nothing changes. Returns the row.
         """
         with immediate(self.conn):
             row = self.conn.execute("SELECT status FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
             if row is None:
                 raise WorkflowError(f"no workflow {workflow_id!r} in {self.path.name}: check the id.")
-            if row["status"] not in ("paused", "failed"):
+            if row["status"] not in ("paused", "failed", "blocked"):
                 raise WorkflowError(
-                    f"workflow {workflow_id!r} is {row['status']!r}, not paused or failed; nothing was changed. "
-                    "Only a paused or failed workflow is resumed by hand: the others resume by themselves.")
+                    f"workflow {workflow_id!r} is {row['status']!r}, not paused, failed or blocked; nothing was "
+                    "changed. Only those are resumed by hand: the others resume by themselves.")
             self.conn.execute("UPDATE workflows SET status = 'pending', next_run_at = ?, updated_at = ? WHERE id = ?",
                               (now(), now(), workflow_id))
             self._event(workflow_id, None, "workflow_resumed", f"from {row['status']} by {by}")
         return self.workflow(workflow_id)
+
+    def cancel(self, workflow_id: str, by: str, reason: str) -> dict:
+        """Ask the workflow to stop at its next step boundary and undo its effects (``change.cancel``)."""
+        return change.cancel(self, workflow_id, by, reason)
+
+    def fork(self, workflow_id: str, new_id: str, up_to: str, by: str, input: dict | None = None) -> str:
+        """Start a new workflow that reuses this one's steps up to and including ``up_to`` (``change.fork``)."""
+        return change.fork(self, workflow_id, new_id, up_to, by, VERSIONS, input)
 
     def _event(self, workflow_id: str, step: str | None, event: str, detail: str | None = None) -> None:
         # Callers hold a transaction: the event commits with the state change it describes.
@@ -162,11 +178,17 @@ class Workflow:
     def __init__(self, journal: Journal, row: dict, lease: Lease | None = None, heartbeat: Heartbeat | None = None):
         self.journal, self.conn, self.lease, self.heartbeat = journal, journal.conn, lease, heartbeat
         self.id, self.kind, self.input, self.status = row["id"], row["kind"], row["input"], row["status"]
-        self.db_path = journal.path
+        self.db_path, self.version = journal.path, row["version"]
         # One read per replay: every later lookup is a dictionary access.
         self._outputs, self._not_before, self._repairs, self._interrupted = {}, {}, {}, {}
-        for r in self.conn.execute("SELECT name, status, output, attempts, next_attempt_at, repair_message"
-                                   " FROM steps WHERE workflow_id = ?", (self.id,)):
+        self._by_position: dict[int, dict] = {}  # what the journal recorded at each place in the order of steps
+        self._position = 0  # how many steps this replay has placed so far
+        self._compensations: list[tuple[str, Callable[[Any], Any], Any]] = []
+        self._cancelling = False
+        for r in self.conn.execute("SELECT name, status, input, output, attempts, next_attempt_at, repair_message,"
+                                   " position FROM steps WHERE workflow_id = ?", (self.id,)):
+            if r["position"] is not None:
+                self._by_position[r["position"]] = {"name": r["name"], "status": r["status"], "input": r["input"]}
             if r["status"] == "complete":
                 self._outputs[r["name"]] = r["output"]
                 continue
@@ -186,7 +208,8 @@ class Workflow:
 
     def execute_step(self, name: str, activity: Callable[[], Any], step_input: Any = None, *,
                      retry: RetryPolicy | None = None, repair: Callable[[str], Any] | None = None,
-                     fallback: Callable[[], Any] | None = None) -> Any:
+                     fallback: Callable[[], Any] | None = None, versions: dict | None = None,
+                     compensate: Callable[[Any], Any] | None = None, timeout: float | None = None) -> Any:
         """Return the step's stored output, or run ``activity`` now and store its output.
 
         A completed step is found by name alone: its activity does not run and
@@ -206,11 +229,27 @@ class Workflow:
         An attempt whose process died counts too (``Crashed``): after
         ``retry.max_attempts`` such attempts, or ``CRASH_LIMIT`` without a
         policy, the step escalates instead of looping for ever.
+
+        Every replay must ask for the same steps in the same order with the
+        same inputs: a step renamed, reordered, inserted or removed, or a
+        completed step asked for with another input, blocks the workflow
+        (``NonDeterminism``) before anything after it runs. ``versions``
+        (prompt, model, policy, source) are recorded with the step.
+        ``compensate(output)`` undoes a completed step if the workflow is
+        cancelled (``Journal.cancel``). ``timeout`` fails an attempt that takes
+        longer (``StepTimeout``, transient): the activity runs on a thread
+        that cannot be stopped, so its late result is discarded but whatever
+        it does meanwhile still happens.
         """
         self._claim_name(name)
+        input_json = to_json(step_input, self.id, name, "step input")
+        self._place(name, input_json)
         if name in self._outputs:
             self._reused.append(name)
-            return json.loads(self._outputs[name])
+            output = json.loads(self._outputs[name])
+            self._remember(name, compensate, output)
+            return output
+        self._stop_if_cancelled()
         not_before = self._not_before.get(name)
         if not_before is not None and not_before > now():
             self._suspend_until(not_before, f"step {name!r} is not due yet")
@@ -219,18 +258,18 @@ class Workflow:
         if self._interrupted.get(name, 0) >= crash_policy.max_attempts:  # the last one killed its process
             return self._after_failure(name, Crashed("the process died during the attempt"), crash_policy)
 
-        input_json = to_json(step_input, self.id, name, "step input")
+        versions_json = None if versions is None else to_json(versions, self.id, name, "step versions")
         run, repair_message = activity, self._repairs.get(name) if repair else None
         if repair_message is not None:  # an earlier replay chose repair: never resend the bad request
             run = partial(repair, repair_message)
         while True:
             with self._write(marker=True, starting=True):
                 self._write_reused()
-                armed = self._start_attempt(name, input_json, repair_message)
+                armed = self._start_attempt(name, input_json, repair_message, versions_json)
             if armed is None:  # another process completed it since this replay began
                 return self._adopt_recorded_output(name)
             try:
-                output_json = self._run_attempt(name, run, armed)
+                output_json = self._run_attempt(name, run, armed, timeout)
             except Exception as error:
                 if retry is not None and isinstance(error, (InvalidRequest, FormatFailure)) \
                         and repair and repair_message is None:
@@ -243,7 +282,81 @@ class Workflow:
                     run, fallback = fallback, None
                     continue
                 return self._after_failure(name, error, retry)
-            return self._commit_output(name, output_json, armed)
+            output = self._commit_output(name, output_json, armed)
+            self._remember(name, compensate, output)
+            return output
+
+    def patched(self, name: str) -> bool:
+        """True where new code may take its new path; False in a workflow that already went past this line.
+
+        Wrap a change to a workflow's steps in ``if wf.patched("why"):``. A
+        workflow that had recorded steps beyond this point before the change
+        replays the old path; a new one takes the new path. The answer is
+        recorded the first time, so every later replay agrees.
+        """
+        key = f"patched:{name}"
+        self._claim_name(key)
+        if key in self._outputs:
+            return json.loads(self._outputs[key])
+        new_path = not any(position > self._position for position in self._by_position)
+        with self._write():
+            self._write_reused()
+            inserted = self.conn.execute(
+                "INSERT INTO steps (workflow_id, name, status, output, attempts, started_at, completed_at)"
+                " VALUES (?, ?, 'complete', ?, 1, ?, ?) ON CONFLICT (workflow_id, name) DO NOTHING",
+                (self.id, key, json.dumps(new_path), now(), now())).rowcount
+            if inserted:
+                self.journal._event(self.id, key, "patch_decided", "new path" if new_path else "old path (replaying "
+                                    "a history written before the change)")
+        if not inserted:
+            return self._adopt_recorded_output(key)
+        self._outputs[key] = json.dumps(new_path)
+        return new_path
+
+    def _place(self, name: str, input_json: str) -> int:
+        """Give the next step its position; block the workflow if the journal recorded something else there."""
+        self._position += 1
+        problem = change.divergence(self._by_position, self._position, name, input_json)
+        if problem:
+            self._block(problem)
+        return self._position
+
+    def _block(self, problem: str) -> None:
+        message = (f"workflow {self.id!r}: non-deterministic replay: {problem}. Nothing after it ran. Deploy code "
+                   "that replays the recorded history (for example behind wf.patched), then resume it, or fork it.")
+        with self._write():
+            self._write_reused()
+            self.conn.execute("UPDATE workflows SET status = 'blocked', error = ?, updated_at = ? WHERE id = ?",
+                              (message, now(), self.id))
+            self.journal._event(self.id, None, "workflow_blocked", problem)
+        raise NonDeterminism(message)
+
+    def _remember(self, name: str, compensate: Callable[[Any], Any] | None, output: Any) -> None:
+        if compensate is not None:
+            self._compensations.append((name, compensate, output))
+
+    def _stop_if_cancelled(self) -> None:
+        """At a step boundary: if someone cancelled the workflow, compensate what it did and end it *cancelled*."""
+        if self._cancelling:
+            return
+        row = self.conn.execute("SELECT cancel_requested FROM workflows WHERE id = ?", (self.id,)).fetchone()
+        if row["cancel_requested"] is None:
+            return
+        request = json.loads(row["cancel_requested"])
+        self._cancelling = True
+        undone = []
+        for name, undo, output in reversed(self._compensations):  # newest first, each a durable step of its own
+            self.execute_step(f"compensate:{name}", partial(undo, output), {"undoes": name},
+                              retry=change.COMPENSATION_RETRY)
+            undone.append(name)
+        reason = f"cancelled by {request['by']}: {request['reason']}"
+        with self._write():
+            self._write_reused()
+            self.conn.execute("UPDATE workflows SET status = 'cancelled', error = ?, next_run_at = NULL,"
+                              " updated_at = ? WHERE id = ?", (reason, now(), self.id))
+            self.journal._event(self.id, None, "workflow_cancelled",
+                                reason + (f"; compensated {', '.join(undone)}" if undone else "; nothing to undo"))
+        raise Ended(f"workflow {self.id!r}: {reason}")
 
     def execute_parallel(self, branches: dict[str, Callable[[], Any]],
                          inputs: dict[str, Any] | None = None, max_threads: int = 4) -> dict[str, Any]:
@@ -262,19 +375,22 @@ class Workflow:
         """
         inputs = inputs or {}
         results: dict[str, Any] = {}
+        inputs_json = {}
         for name in branches:
             self._claim_name(name)
+            inputs_json[name] = to_json(inputs.get(name), self.id, name, "step input")
+            self._place(name, inputs_json[name])
             if name in self._outputs:
                 self._reused.append(name)
                 results[name] = json.loads(self._outputs[name])
         to_run = {name: fn for name, fn in branches.items() if name not in results}
         if to_run:
+            self._stop_if_cancelled()
             started = {}
             with self._write(marker=True, starting=True):
                 self._write_reused()
                 for name in to_run:
-                    input_json = to_json(inputs.get(name), self.id, name, "step input")
-                    started[name] = self._start_attempt(name, input_json, None)
+                    started[name] = self._start_attempt(name, inputs_json[name], None)
             for name, armed in started.items():
                 if armed is None:  # another process completed it since this replay began
                     results[name] = self._adopt_recorded_output(name)
@@ -328,19 +444,23 @@ class Workflow:
             )
         self._names_seen.add(name)
 
-    def wait_for_approval(self, name: str, request: Any) -> dict:
+    def wait_for_approval(self, name: str, request: Any, deadline: float | None = None) -> dict:
         """Stop until a person approves or rejects ``request``; return the decision.
 
         The decision is ``{"approved": bool, "by": str, "comment": str}``, saved
         by ``waits.approve`` or ``waits.reject`` naming this wait (the command
         line's ``--wait NAME``, the approval panel bound to it). No worker is
-        held while the workflow waits.
+        held while the workflow waits. With ``deadline`` (seconds from when
+        this line is first reached), whichever comes first wins for good: the
+        decision, or the deadline, which returns ``{"timed_out": True, ...}``
+        for the code to choose a path (remind, escalate, cancel).
         """
-        return waits.wait_for(self, name, "approval", request)
+        return waits.wait_for(self, name, "approval", request, deadline=deadline)
 
-    def ask(self, name: str, question: str) -> str:
-        """Stop until a person answers ``question`` (``waits.answer``); return the answer."""
-        return waits.wait_for(self, name, "clarification", {"question": question})["answer"]
+    def ask(self, name: str, question: str, deadline: float | None = None) -> str | None:
+        """Stop until a person answers ``question`` (``waits.answer``); the answer, or None past ``deadline``."""
+        decision = waits.wait_for(self, name, "clarification", {"question": question}, deadline=deadline)
+        return None if decision.get("timed_out") else decision["answer"]
 
     def sleep(self, name: str, seconds: float) -> None:
         """A durable timer: continue ``seconds`` after this line was first reached, in whatever process."""
@@ -365,6 +485,7 @@ class Workflow:
         Nothing is held meanwhile, and the replay that resumes it reuses every
         completed step.
         """
+        self._stop_if_cancelled()
         with self._write():
             self._write_reused()
             self.conn.execute("UPDATE workflows SET status = 'paused', error = ?, next_run_at = ?, updated_at = ?"
@@ -404,29 +525,32 @@ class Workflow:
             self.journal._event(self.id, None, "replay_suspended", why)
         raise Suspended(f"workflow {self.id!r}: {why}")
 
-    def _run_attempt(self, name: str, activity: Callable[[], Any], armed: set[str]) -> str:
+    def _run_attempt(self, name: str, activity: Callable[[], Any], armed: set[str],
+                     timeout: float | None = None) -> str:
         """Run the activity of a started attempt; its output as JSON, not yet stored."""
         if "next_step" in armed:
             trip(self.conn, "next_step", self.id)
-        output_json = to_json(activity(), self.id, name, "activity's output",
+        result = activity() if timeout is None else change.within(timeout, activity, self.id, name)
+        output_json = to_json(result, self.id, name, "activity's output",
                               "The output was not stored; the step runs again on the next replay.")
         if f"after_activity:{name}" in armed:
             trip(self.conn, f"after_activity:{name}", self.id)
         return output_json
 
-    def _start_attempt(self, name: str, input_json: str, repair_message: str | None) -> set[str] | None:
+    def _start_attempt(self, name: str, input_json: str, repair_message: str | None,
+                       versions_json: str | None = None) -> set[str] | None:
         """Inside a write: mark the step *running* and count the attempt; the fault points armed for it.
 
         None if the step is already complete (then nothing was written).
         """
         attempt = self.conn.execute(
-            "INSERT INTO steps (workflow_id, name, status, input, attempts, repair_message, started_at)"
-            " VALUES (?, ?, 'running', ?, 1, ?, ?)"
+            "INSERT INTO steps (workflow_id, name, status, input, attempts, repair_message, position, versions,"
+            "   started_at) VALUES (?, ?, 'running', ?, 1, ?, ?, ?, ?)"
             " ON CONFLICT (workflow_id, name) DO UPDATE SET status = 'running', input = excluded.input,"
             "   attempts = attempts + 1, error = NULL, next_attempt_at = NULL,"
-            "   repair_message = excluded.repair_message WHERE status != 'complete'"
+            "   repair_message = excluded.repair_message, versions = excluded.versions WHERE status != 'complete'"
             " RETURNING attempts",
-            (self.id, name, input_json, repair_message, now()),
+            (self.id, name, input_json, repair_message, self._position, versions_json, now()),
         ).fetchone()
         if attempt is None:
             return None
@@ -483,6 +607,9 @@ class Workflow:
     def finish(self, output: Any) -> None:
         """Commit the workflow's output and status ``complete`` (with any pending reuse events)."""
         output_json = to_json(output, self.id, None, "workflow's output")
+        problem = change.steps_left_over(self._by_position, self._position)
+        if problem:
+            self._block(problem)
         with self._write():
             self._write_reused()
             self.conn.execute(
@@ -541,13 +668,13 @@ def run_workflow(journal: Journal, workflow_id: str, lease: Lease | None = None,
             wf.begin()
             try:
                 output = fn(wf)
+                wf.finish(output)
             except (Suspended, Ended):
                 return None
             except Exception as exc:
                 if not is_storage_fault(exc):
                     wf.fail(exc)
                 raise
-            wf.finish(output)
     except LeaseLost as lost:
         with immediate(journal.conn):
             append_event(journal.conn, workflow_id, None, "stale_write_refused", str(lost))

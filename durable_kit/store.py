@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 SYNCHRONOUS_LEVELS = ("OFF", "NORMAL", "FULL", "EXTRA")
 
 SCHEMA = """
@@ -38,6 +38,9 @@ CREATE TABLE IF NOT EXISTS workflows (
     owner        TEXT,  -- the process holding the lease (host:pid:nonce), while one does
     lease_expires_at REAL,  -- by the database's clock (DB_NOW)
     fencing_token INTEGER NOT NULL DEFAULT 0,  -- grows with every lease granted
+    version      TEXT,  -- the code version it started under (given, or a hash of the workflow's source)
+    cancel_requested TEXT,  -- JSON {by, reason}: stop at the next step boundary and compensate
+    origin       TEXT,  -- JSON {workflow, up_to}: the workflow it was forked from
     created_at   REAL NOT NULL,
     updated_at   REAL NOT NULL
 );
@@ -51,6 +54,8 @@ CREATE TABLE IF NOT EXISTS steps (
     error           TEXT,
     next_attempt_at REAL,  -- a retrying step does not run before this time
     repair_message  TEXT,  -- the validation message a repair answers (a retry repeats the repair, not the request)
+    position        INTEGER,  -- its place in the workflow's order of steps, checked on every replay
+    versions        TEXT,  -- JSON: prompt, model, policy or source versions the step ran under
     started_at      REAL,
     completed_at    REAL,
     PRIMARY KEY (workflow_id, name)
@@ -70,7 +75,7 @@ CREATE TABLE IF NOT EXISTS waits (
     request     TEXT,  -- JSON: what a person is shown (a recommendation and its evidence, a question)
     status      TEXT NOT NULL CHECK (status IN ('waiting', 'resolved')),
     decision    TEXT,  -- JSON: the approval, rejection, answer or receipt, saved before the workflow may run on
-    wake_at     REAL,  -- a timer's end, computed once when the workflow first reached it
+    wake_at     REAL,  -- a timer's end or a decision's deadline, computed once when the workflow first reached it
     created_at  REAL NOT NULL,
     resolved_at REAL,
     PRIMARY KEY (workflow_id, name)

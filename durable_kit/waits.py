@@ -19,6 +19,7 @@ reaches it, and stored, so every replay agrees on it.
 """
 from __future__ import annotations
 
+import json
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -44,13 +45,17 @@ class WhichWait(WorkflowError):
     """The decision names no wait and the workflow has had several of that kind; nothing was changed."""
 
 
-def wait_for(wf: "Workflow", name: str, kind: str, request: Any = None, seconds: float | None = None) -> Any:
+def wait_for(wf: "Workflow", name: str, kind: str, request: Any = None, seconds: float | None = None,
+             deadline: float | None = None) -> Any:
     """Return the saved decision of wait ``name``, or save the wait and stop this replay.
 
     Called by ``Workflow.wait_for_approval``, ``Workflow.ask`` and
     ``Workflow.sleep``. For an approval or a clarification the workflow
-    becomes *waiting* with no run time: only a decision makes it runnable.
-    For a timer it becomes *waiting* until ``now + seconds``, fixed the first time.
+    becomes *waiting* with no run time: only a decision makes it runnable,
+    or, with a ``deadline``, the deadline: whichever comes first is saved for
+    good (``{"timed_out": True, "deadline": ...}`` for the deadline). For a
+    timer it becomes *waiting* until ``now + seconds``. Either time is fixed
+    the first time the line is reached, so every replay agrees on it.
     """
     if kind not in KINDS:
         raise ValueError(f"a wait's kind is one of {KINDS}, not {kind!r}")
@@ -60,7 +65,9 @@ def wait_for(wf: "Workflow", name: str, kind: str, request: Any = None, seconds:
     row = _check_kind(wf, name, kind, conn.execute(select, (wf.id, name)).fetchone())
     if row is not None and row["status"] == "resolved":  # a decision never changes: no lock needed
         return from_json(row["decision"])
+    wf._stop_if_cancelled()
     request_json = to_json(request, wf.id, name, f"{kind} request")
+    after = seconds if kind == "timer" else deadline
 
     with wf._write():
         row = conn.execute(select, (wf.id, name)).fetchone()  # again, under the lock: a decision may have landed
@@ -68,21 +75,27 @@ def wait_for(wf: "Workflow", name: str, kind: str, request: Any = None, seconds:
             return from_json(row["decision"])
         wf._write_reused()
         if row is None:
-            wake_at = now() + seconds if kind == "timer" else None
+            wake_at = None if after is None else now() + after
             conn.execute("INSERT INTO waits (workflow_id, name, kind, request, status, wake_at, created_at)"
                          " VALUES (?, ?, ?, ?, 'waiting', ?, ?)", (wf.id, name, kind, request_json, wake_at, now()))
-            append_event(conn, wf.id, name, f"waiting_for_{kind}", f"for {seconds:g} s" if kind == "timer" else None)
+            append_event(conn, wf.id, name, f"waiting_for_{kind}", None if after is None else f"for {after:g} s")
         else:
             wake_at = row["wake_at"]  # fixed when first reached: a replay never moves it
-        if kind == "timer" and wake_at <= now():
-            conn.execute("UPDATE waits SET status = 'resolved', decision = 'null', resolved_at = ?"
-                         " WHERE workflow_id = ? AND name = ?", (now(), wf.id, name))
-            append_event(conn, wf.id, name, "timer_fired")
-            return None
+        if wake_at is not None and wake_at <= now():
+            decision = None if kind == "timer" else {"timed_out": True, "deadline": wake_at}
+            _resolve_at_time(conn, wf.id, name, kind, decision)
+            return decision
         conn.execute("UPDATE workflows SET status = 'waiting', next_run_at = ?, updated_at = ? WHERE id = ?",
                      (wake_at, now(), wf.id))
     trip(conn, f"after_wait:{name}", wf.id)
     raise Suspended(f"workflow {wf.id!r} waits for {kind} {name!r}")
+
+
+def _resolve_at_time(conn, workflow_id: str, name: str, kind: str, decision: dict | None) -> None:
+    # Inside the caller's transaction: a timer's end or a decision's deadline has come.
+    conn.execute("UPDATE waits SET status = 'resolved', decision = ?, resolved_at = ? WHERE workflow_id = ? AND name = ?",
+                 (json.dumps(decision), now(), workflow_id, name))
+    append_event(conn, workflow_id, name, "timer_fired" if kind == "timer" else "deadline_passed")
 
 
 def _check_kind(wf: "Workflow", name: str, kind: str, row):
@@ -130,12 +143,20 @@ def _decide(journal: "Journal", workflow_id: str, wait: str | None, kind: str, d
             raise WorkflowError(f"no workflow {workflow_id!r} in {journal.path.name}; check the id.")
         name = wait if wait is not None else _only_wait(conn, workflow_id, kind, workflow["status"])
         row = conn.execute("SELECT * FROM waits WHERE workflow_id = ? AND name = ?", (workflow_id, name)).fetchone()
+        if row is not None and row["status"] == "waiting" and row["wake_at"] is not None and row["wake_at"] <= now():
+            row = {**dict(row), "status": "resolved",  # the deadline came first; the next replay records it
+                   "decision": json.dumps({"timed_out": True, "deadline": row["wake_at"]})}
         if row is None or row["kind"] != kind:
             raise NotWaiting(
                 f"workflow {workflow_id!r} has no {kind} wait named {name!r} (its status is {workflow['status']!r}); "
                 f"nothing was changed. Run `status` to see what it waits for, or try again once it reaches {name!r}.")
         if row["status"] == "resolved":
             first = from_json(row["decision"])
+            if first.get("timed_out"):
+                at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(first["deadline"]))
+                raise DecisionConflict(
+                    f"workflow {workflow_id!r}, wait {name!r}: its deadline passed at {at}, before this decision; "
+                    "the workflow went on without it and nothing was saved.")
             if first[deciding_field] != decision[deciding_field]:
                 raise DecisionConflict(
                     f"workflow {workflow_id!r}, wait {name!r}: {_describe(first)} was already saved and is final; "
@@ -185,6 +206,8 @@ def _event_name(decision: dict) -> str:
 
 
 def _describe(decision: dict) -> str:
+    if decision.get("timed_out"):
+        return "no decision before the deadline"
     said = f": {decision['comment']}" if decision.get("comment") else ""
     if "answer" in decision:
         return f"answered by {decision['by']}: {decision['answer']}"

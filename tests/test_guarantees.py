@@ -554,4 +554,4 @@ def test_a_paused_workflow_is_never_due_until_resumed_and_then_reuses_its_steps(
     assert journal.workflow("p1")["output"] == ["kept", "after the outage"]
     assert {s["name"]: s["attempts"] for s in journal.steps("p1")} == {"first": 1, "second": 1}
     again = kit("resume", "--db", str(db), "--workflow", "p1", "--by", "ops", expect=2)
-    assert "is 'complete', not paused or failed; nothing was changed" in again.stderr
+    assert "is 'complete', not paused, failed or blocked; nothing was changed" in again.stderr

@@ -347,7 +347,7 @@ def test_status_shows_what_the_workflow_waits_for(db):
     assert status["waiting_for"] == {"name": "approval", "kind": "approval", "request": REQUEST, "wake_at": None}
     assert [s["name"] for s in status["steps"]] == BEFORE_APPROVAL
     lines = cli("status", "--db", str(db), "--workflow", "r1").stdout.splitlines()
-    assert lines[:2] == ["r1 (reviewed_report): waiting", "  waiting for approval 'approval'"]
+    assert lines[:2] == ["r1 (reviewed_report, version reviewed-report-1): waiting", "  waiting for approval 'approval'"]
     assert "    confidence: 0.8" in lines
 
     decide(db, "approve", "r1", "--by", "ana")

@@ -342,7 +342,7 @@ def test_a_timer_holds_no_process_and_fires_in_a_later_worker(tmp_path, journal)
         "@workflow('test_waits.cooling')\n"
         "def cooling(wf):\n"
         "    first = wf.execute_step('before', lambda: 'warm')\n"
-        "    wf.sleep('cool_down', 0.5)\n"
+        "    wf.sleep('cool_down', 2.0)\n"
         "    return [first, wf.execute_step('after', lambda: 'cooled')]\n")
 
     def worker() -> list[str]:

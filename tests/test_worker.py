@@ -223,10 +223,10 @@ def test_start_status_and_history_as_json(tmp_path):
     cli("worker", "--db", str(db), "--once")
     status = json.loads(cli("status", "--db", str(db), "--workflow", "r1", "--json").stdout)
     assert set(status["workflow"]) == {"id", "kind", "status", "error", "next_run_at", "retries_used",
-                                       "retry_budget", "output"}
+                                       "retry_budget", "output", "version", "origin", "cancel_requested"}
     assert (status["workflow"]["status"], status["workflow"]["retries_used"]) == ("pending", 1)
     (plan,) = status["steps"]
-    assert set(plan) == {"name", "status", "attempts", "error", "next_attempt_at"}
+    assert set(plan) == {"name", "status", "attempts", "error", "next_attempt_at", "position", "versions"}
     assert (plan["name"], plan["status"], plan["attempts"]) == ("plan", "retrying", 1)
     assert plan["error"].startswith("InjectedFailure:")
     assert plan["next_attempt_at"] == status["workflow"]["next_run_at"]
@@ -239,7 +239,7 @@ def test_start_status_and_history_as_json(tmp_path):
                                             "step_failed", "retry_scheduled"]
 
     text = cli("status", "--db", str(db), "--workflow", "r1").stdout
-    assert "r1 (research_report): pending" in text and "next attempt in" in text
+    assert "r1 (research_report, version research-report-1): pending" in text and "next attempt in" in text
 
 
 def test_worker_once_runs_each_due_workflow_once(tmp_path):

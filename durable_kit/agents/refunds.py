@@ -17,8 +17,8 @@ outbox             intent committed with the step, dispatched    the same, notif
 reconciliation     ask the service for the order's refunds      key sent, notifier deduplicates
 =================  ==========================================  =====================================
 
-The workflow, policy, prompt and model versions are recorded in the input of
-every consequential step.
+The workflow, policy, prompt and model versions are recorded with every
+consequential step (in its input, and as the recommendation's versions).
 """
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def approval_reason(order: dict, recommendation: dict, rules: dict) -> str | Non
     return None
 
 
-@workflow("refund")
+@workflow("refund", version=VERSIONS["workflow"])
 def refund_agent(wf: Workflow) -> dict:
     """One refund request, end to end; the strategy comes from the input."""
     order_id, strategy = wf.input["order_id"], wf.input.get("strategy", "destination_key")
@@ -81,7 +81,7 @@ def refund_agent(wf: Workflow) -> dict:
     fetched = [f"order:{order['id']}", rule["id"]]
     recommendation = wf.execute_step(
         "recommend", lambda: check_evidence(llm.recommend_refund(order, rule, fetched), fetched),
-        {"versions": versions, "evidence": fetched}, retry=RETRY,
+        {"versions": versions, "evidence": fetched}, retry=RETRY, versions=versions,
         repair=lambda message: check_evidence(llm.recommend_refund(order, rule, fetched, message), fetched))
 
     why = approval_reason(order, recommendation, rule["approval"])

@@ -1,0 +1,179 @@
+"""Floor 8: change and time. Versions, the determinism check, cancellation, step timeouts and forks.
+
+A durable workflow outlives the code that started it. Replay is only safe if
+the new code asks for the same steps, in the same order, with the same inputs
+as the journal recorded; so every replay checks each step's name at its
+position and, for a completed step, its input, and blocks the workflow at the
+first difference, before anything after it runs (``Workflow._place``). A
+change that must reach running workflows goes behind ``Workflow.patched``.
+
+The other ways a long task changes course: a person cancels it (its completed
+effects are undone by their compensations, newest first, each a durable step
+of its own); a step takes too long (``StepTimeout``); a fixed prompt is tried
+again from a given step (``fork``), leaving the original untouched.
+"""
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import threading
+from typing import TYPE_CHECKING, Any, Callable
+
+from .errors import WorkflowError
+from .leases import FINAL_STATUSES
+from .retries import RetryPolicy, Transient
+from .store import append_event, from_json, immediate, now, to_json
+
+if TYPE_CHECKING:
+    from .journal import Journal
+
+# A compensation is retried like a flaky call: it must happen, so it escalates only after several tries.
+COMPENSATION_RETRY = RetryPolicy(max_attempts=5, base_delay=1.0, max_delay=30.0)
+
+
+class StepTimeout(Transient):
+    """An attempt took longer than its step's ``timeout``; its late result is discarded."""
+
+
+def source_version(fn: Callable) -> str:
+    """A version for code that names none: ``src-`` and the first 12 hex digits of a hash of its source."""
+    try:
+        source = inspect.getsource(fn)
+    except (OSError, TypeError):  # defined where no source file is kept: fall back to its compiled code
+        source = repr(fn.__code__.co_code)
+    return "src-" + hashlib.sha256(source.encode()).hexdigest()[:12]
+
+
+def divergence(recorded: dict[int, dict], position: int, name: str, input_json: str) -> str | None:
+    """What differs between the journal's step at ``position`` and the one the code asks for; None if nothing."""
+    here = recorded.get(position)
+    if here is None:
+        elsewhere = next((p for p, r in recorded.items() if r["name"] == name), None)
+        if elsewhere is not None:
+            return (f"step {name!r} is asked for at position {position}, but the journal recorded it at position "
+                    f"{elsewhere} (steps reordered)")
+        return None
+    if here["name"] != name:
+        moved = any(r["name"] == name for r in recorded.values())
+        return (f"at position {position} the journal recorded step {here['name']!r}, but the code asked for "
+                f"{name!r} ({'steps reordered' if moved else 'a step renamed, inserted or removed'})")
+    if here["status"] == "complete" and here["input"] != input_json:
+        return (f"step {name!r} completed with input {here['input']}, but the code now gives {input_json} "
+                "(its stored output belongs to the old input)")
+    return None
+
+
+def steps_left_over(recorded: dict[int, dict], last_position: int) -> str | None:
+    """At the end of a replay: the completed steps the code no longer asked for, or None."""
+    left = [f"{r['name']!r} (position {p})" for p, r in sorted(recorded.items())
+            if p > last_position and r["status"] == "complete"]
+    if left:
+        return f"the journal recorded completed steps the code no longer asks for: {', '.join(left)} (steps removed)"
+    return None
+
+
+def within(seconds: float, activity: Callable[[], Any], workflow_id: str, step: str) -> Any:
+    """Run ``activity`` on a thread and wait at most ``seconds``; raise ``StepTimeout`` if it is not done.
+
+    What a timeout cannot do: stop the thread. A late activity keeps running
+    in this process and anything it sends meanwhile is still sent; only its
+    result is thrown away. Only ending the process stops it.
+    """
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = activity()
+        except BaseException as error:  # handed to the caller's thread below
+            outcome["error"] = error
+
+    thread = threading.Thread(target=run, name=f"{workflow_id}:{step}", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        raise StepTimeout(f"workflow {workflow_id!r}, step {step!r}: no result after {seconds:g} s")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
+def cancel(journal: "Journal", workflow_id: str, by: str, reason: str) -> dict:
+    """Ask a workflow to stop at its next step boundary and compensate; return its row.
+
+    Cooperative: a running replay stops before its next new step (or wait),
+    so an activity already running finishes first. A waiting, pending,
+    paused, blocked or failed workflow is made runnable so that a worker
+    runs its compensations. Who and why are recorded. A final workflow is
+    refused and nothing changes; cancelling again keeps the first request.
+    """
+    if not by.strip() or not reason.strip():
+        raise WorkflowError(f"workflow {workflow_id!r}: say who cancels and why; nothing was changed.")
+    with immediate(journal.conn):
+        row = journal.conn.execute("SELECT status, cancel_requested FROM workflows WHERE id = ?",
+                                   (workflow_id,)).fetchone()
+        if row is None:
+            raise WorkflowError(f"no workflow {workflow_id!r} in {journal.path.name}; check the id.")
+        if row["status"] in FINAL_STATUSES:
+            raise WorkflowError(f"workflow {workflow_id!r} is already {row['status']}; nothing was changed.")
+        if row["cancel_requested"] is None:
+            request = to_json({"by": by, "reason": reason}, workflow_id, None, "cancellation")
+            journal.conn.execute(
+                "UPDATE workflows SET cancel_requested = ?, updated_at = ?,"
+                " status = CASE status WHEN 'running' THEN 'running' ELSE 'pending' END,"
+                " next_run_at = CASE status WHEN 'running' THEN next_run_at ELSE ? END WHERE id = ?",
+                (request, now(), now(), workflow_id))
+            append_event(journal.conn, workflow_id, None, "cancel_requested", f"by {by}: {reason}")
+    return journal.workflow(workflow_id)
+
+
+def fork(journal: "Journal", workflow_id: str, new_id: str, up_to: str, by: str, versions: dict[str, str],
+         input: dict | None = None) -> str:
+    """Start ``new_id`` from ``workflow_id``'s journal: its completed steps up to and including ``up_to``.
+
+    The new workflow reuses those outputs (and the decisions people made
+    before that step), records its origin and the code version it starts
+    under, and runs every later step again, under its own id: its effects
+    carry its own keys, so an effect the original already made is made
+    again. The original is not touched. ``input`` replaces the input.
+    """
+    conn = journal.conn
+    with immediate(conn):
+        original = conn.execute("SELECT * FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
+        if original is None:
+            raise WorkflowError(f"no workflow {workflow_id!r} in {journal.path.name}; check the id.")
+        if conn.execute("SELECT 1 FROM workflows WHERE id = ?", (new_id,)).fetchone():
+            raise WorkflowError(f"workflow {new_id!r} already exists; pick a new id for the fork. Nothing was changed.")
+        last = conn.execute("SELECT position, completed_at FROM steps WHERE workflow_id = ? AND name = ?"
+                            " AND status = 'complete' AND position IS NOT NULL", (workflow_id, up_to)).fetchone()
+        if last is None:
+            done = [r["name"] for r in conn.execute(
+                "SELECT name FROM steps WHERE workflow_id = ? AND status = 'complete' AND position IS NOT NULL"
+                " ORDER BY position", (workflow_id,))]
+            raise WorkflowError(f"workflow {workflow_id!r} has no completed step {up_to!r} to fork from; "
+                                f"its completed steps, in order: {done}. Nothing was changed.")
+        input_json = original["input"] if input is None else to_json(input, new_id, None, "workflow input")
+        origin = json.dumps({"workflow": workflow_id, "up_to": up_to, "by": by})
+        conn.execute("INSERT INTO workflows (id, kind, input, status, retry_budget, version, origin, created_at,"
+                     " updated_at) VALUES (?, ?, ?, 'pending', ?, ?, ?, ?, ?)",
+                     (new_id, original["kind"], input_json, original["retry_budget"],
+                      versions.get(original["kind"], original["version"]), origin, now(), now()))
+        copied = conn.execute(
+            "INSERT INTO steps (workflow_id, name, status, input, output, attempts, position, versions, started_at,"
+            " completed_at) SELECT ?, name, status, input, output, 0, position, versions, started_at, completed_at"
+            " FROM steps WHERE workflow_id = ? AND status = 'complete' AND position IS NOT NULL AND position <= ?",
+            (new_id, workflow_id, last["position"])).rowcount
+        conn.execute(
+            "INSERT INTO waits (workflow_id, name, kind, request, status, decision, wake_at, created_at, resolved_at)"
+            " SELECT ?, name, kind, request, status, decision, wake_at, created_at, resolved_at FROM waits"
+            " WHERE workflow_id = ? AND status = 'resolved' AND kind IN ('approval', 'clarification')"
+            " AND resolved_at <= ?", (new_id, workflow_id, last["completed_at"]))
+        append_event(conn, new_id, None, "workflow_forked",
+                     f"from {workflow_id} up to {up_to} by {by}: {copied} completed steps reused")
+    return new_id
+
+
+def describe_origin(origin_json: str | None) -> str | None:
+    """``forked from W up to STEP`` for a forked workflow's ``origin``, or None."""
+    origin = from_json(origin_json)
+    return origin and f"forked from {origin['workflow']} up to {origin['up_to']}"

@@ -120,12 +120,13 @@ def cmd_status(args) -> int:
     waiting = open_wait(journal, args.workflow)
     waiting_for = waiting and {key: waiting[key] for key in ("name", "kind", "request", "wake_at")}
     if args.json:
+        from .agents.loop import usage_for_status
         print(json.dumps({"workflow": {**{k: wf[k] for k in ("id", "kind", "status", "error", "next_run_at",
                                                              "retries_used", "retry_budget", "output", "version")},
                                        "origin": json.loads(wf["origin"]) if wf["origin"] else None,
                                        "cancel_requested": json.loads(wf["cancel_requested"])
                                        if wf["cancel_requested"] else None},
-                          "waiting_for": waiting_for, "steps": steps}))
+                          "waiting_for": waiting_for, "steps": steps, **usage_for_status(args.db, wf)}))
         return 0
     print(f"{wf['id']} ({wf['kind']}, version {wf['version'] or 'not recorded'}): {wf['status']}"
           + (f" - {wf['error']}" if wf["error"] else ""))
@@ -149,6 +150,9 @@ def cmd_status(args) -> int:
             line += f"  last error: {step['error']}"
         if step["versions"]:
             line += "  versions " + ", ".join(f"{k}={v}" for k, v in sorted(step["versions"].items()))
+        print(line)
+    from .agents.loop import usage_lines
+    for line in usage_lines(args.db, wf):
         print(line)
     return 0
 

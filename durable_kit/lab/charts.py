@@ -1,43 +1,131 @@
-"""Charts with one message each, in the same colours across every notebook.
+"""Charts with one message each, in one palette with one meaning per colour in every notebook.
 
 Grey is work that had to happen once, red is work that repeated, blue is what
-the database kept. Each function draws, shows and returns nothing, so a
-notebook cell prints no object address.
+was kept (stored by the journal or received by the destination: the result
+that counts). Orange is work that was needed and never happened (a lost
+effect). No other colour means anything. Fonts are sized for a projector.
+Each function draws, shows and returns nothing, so a notebook cell prints no
+object address.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from contextlib import contextmanager
+from itertools import groupby
+from typing import Iterator, Sequence
 
 import matplotlib.pyplot as plt
 from matplotlib.ticker import MaxNLocator
 
-NEEDED = "#9e9e9e"
-REPEATED = "#d62728"
-STORED = "#1f77b4"
+NEEDED = "#9e9e9e"    # needed once
+REPEATED = "#d62728"  # repeated: paid for or done again
+STORED = "#1f77b4"    # kept: what the database stored or the destination holds
+KEPT = STORED
+MISSING = "#ff7f0e"   # needed and never done (for example a lost notification)
+
+PALETTE = {"needed once": NEEDED, "repeated": REPEATED, "kept": KEPT, "missing": MISSING}
+
+# Sizes a room can read from the back: matplotlib's defaults are 10 pt.
+PROJECTOR = {
+    "font.size": 14,
+    "axes.titlesize": 16,
+    "axes.labelsize": 14,
+    "xtick.labelsize": 12,
+    "ytick.labelsize": 13,
+    "legend.fontsize": 13,
+}
+
+GROUP_GAP = 0.8  # empty bar slots between two groups of labels
+
+
+@contextmanager
+def projector() -> Iterator[None]:
+    """Projector font sizes for the charts drawn inside the block; matplotlib's defaults after it."""
+    with plt.rc_context(PROJECTOR):
+        yield
+
+
+def shared_ymax(*counts: Sequence[int]) -> int:
+    """One y-limit for charts that are compared side by side: the largest count in any of them."""
+    return max((max(series, default=0) for series in counts), default=0)
+
+
+def _positions(labels: Sequence[str], groups: Sequence[str] | None) -> list[float]:
+    """X positions of the labels, with a gap wherever the group changes."""
+    if not groups:
+        return [float(i) for i in range(len(labels))]
+    if len(groups) != len(labels):
+        raise ValueError(f"groups has {len(groups)} entries for {len(labels)} labels: give one group per label")
+    xs, x = [], 0.0
+    for i, group in enumerate(groups):
+        if i and group != groups[i - 1]:
+            x += GROUP_GAP
+        xs.append(x)
+        x += 1.0
+    return xs
+
+
+def _label_groups(ax, xs: list[float], groups: Sequence[str]) -> None:
+    """Write each group's name once, centred under its bars."""
+    start = 0
+    for group, members in groupby(groups):
+        count = len(list(members))
+        centre = (xs[start] + xs[start + count - 1]) / 2
+        ax.annotate(group, xy=(centre, 1.0), xycoords=("data", "axes fraction"), xytext=(0, 6),
+                    textcoords="offset points", ha="center", va="bottom", fontweight="bold")
+        start += count
 
 
 def calls_vs_artifacts(labels: Sequence[str], calls: Sequence[int], needed: Sequence[int] | int,
                        stored: Sequence[int], title: str, calls_label: str = "calls",
-                       stored_label: str = "stored artifacts", xlabel: str | None = None) -> None:
-    """Per label: calls made (needed part grey, repeated part red) beside artifacts stored (blue)."""
+                       stored_label: str = "stored artifacts", xlabel: str | None = None, *,
+                       groups: Sequence[str] | None = None, ymax: int | None = None) -> None:
+    """Per label: calls made (needed part grey, repeated part red) beside what was kept (blue).
+
+    ``groups`` (one name per label) separates the bars into groups with a gap
+    and names each group once above its bars. ``ymax`` fixes the top of the
+    y-axis, so two charts compared side by side share a scale (``shared_ymax``).
+    A series that is zero for every label gets no bars and no legend entry; a
+    note under the chart says it is zero instead.
+    """
     if isinstance(needed, int):
         needed = [needed] * len(labels)
+    if not len(labels) == len(calls) == len(needed) == len(stored):
+        raise ValueError(f"give one value per label: {len(labels)} labels, {len(calls)} calls, "
+                         f"{len(needed)} needed, {len(stored)} stored")
     first = [min(c, n) for c, n in zip(calls, needed)]
     repeated = [c - f for c, f in zip(calls, first)]
-    xs = range(len(labels))
-    width = 0.38
+    xs = _positions(labels, groups)
+    width = 0.4
     crowded = len(labels) > 12
-    fig, ax = plt.subplots(figsize=(min(14.0 if crowded else 11.0, 0.7 * len(labels) + 4), 5.2 if crowded else 4.2))
-    ax.bar([x - width / 2 for x in xs], first, width, color=NEEDED, label=f"{calls_label}, needed once")
-    ax.bar([x - width / 2 for x in xs], repeated, width, bottom=first, color=REPEATED,
-           label=f"{calls_label}, repeated")
-    ax.bar([x + width / 2 for x in xs], stored, width, color=STORED, label=stored_label)
-    ax.set_xticks(list(xs), labels, rotation=60 if crowded else 25, ha="right")
-    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_ylabel("count")
-    if xlabel:
-        ax.set_xlabel(xlabel)
-    ax.set_title(title)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
-    fig.tight_layout()
-    plt.show()
+    with projector():
+        fig, ax = plt.subplots(figsize=(min(16.0, 0.75 * (xs[-1] + 1 if xs else 1) + 5.5), 6.2 if crowded else 5.2))
+        notes = []
+        series = [(first, NEEDED, f"{calls_label}, needed once", None),
+                  (repeated, REPEATED, f"{calls_label}, repeated", first)]
+        for values, colour, label, bottom in series:
+            if any(values):
+                ax.bar([x - width / 2 for x in xs], values, width, bottom=bottom, color=colour, label=label)
+            elif label.endswith("repeated"):
+                notes.append(f"no {calls_label} repeated")
+        if any(stored):
+            ax.bar([x + width / 2 for x in xs], stored, width, color=KEPT, label=stored_label)
+        else:
+            notes.append(f"{stored_label}: 0 everywhere")
+        ax.set_xticks(xs, labels, rotation=60 if crowded else 25, ha="right")
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        top = ymax if ymax is not None else max([*calls, *stored, 1])
+        ax.set_ylim(0, top * 1.08)
+        ax.set_ylabel("count")
+        if xlabel:
+            ax.set_xlabel(xlabel)
+        if groups:
+            _label_groups(ax, xs, groups)
+            ax.set_title(title, pad=30)
+        else:
+            ax.set_title(title)
+        if notes:
+            ax.text(0.0, -0.02, "; ".join(notes), transform=fig.transFigure, ha="left", va="bottom",
+                    fontsize=12, style="italic")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+        fig.tight_layout(rect=(0, 0.04 if notes else 0, 1, 1))
+        plt.show()

@@ -1,36 +1,253 @@
-"""Checks for the notebooks' exercises: each runs the learner's code against a fresh journal."""
+"""Checks for the notebooks' exercises: each runs the learner's own code and prints pass or what is wrong.
+
+A check never raises: it prints one line that starts with ``pass:``, or with
+``not yet:`` / ``not quite:`` followed by what went wrong and a hint, so the
+notebook runs on whether or not the exercise is done. It returns ``None``, so
+the cell shows only the printed line.
+"""
 from __future__ import annotations
 
+import json
+import sqlite3
 import tempfile
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from ..journal import Journal
+from ..store import immediate
+
+PASS, NOT_YET, NOT_QUITE = "pass:", "not yet:", "not quite:"
 
 
-def check_execute_step(execute_step: Callable) -> str:
+def _report(problem: str | None, success: str) -> None:
+    print(f"{PASS} {success}" if problem is None else problem)
+
+
+def _not_done(value: Any) -> bool:
+    """True for the exercise stubs: ``...`` or a function that raises NotImplementedError."""
+    return value is ...
+
+
+# --- notebook 00: predict the bill -------------------------------------------------------------
+
+def check_predicted_calls(prediction: Any, ledger_count: int) -> None:
+    """Compare a predicted number of model calls with the count the ledger recorded."""
+    if _not_done(prediction):
+        return _report(f"{NOT_YET} replace ... with your prediction, an int, and run this cell again", "")
+    if isinstance(prediction, bool) or not isinstance(prediction, int):
+        return _report(f"{NOT_QUITE} the prediction should be an int, got {type(prediction).__name__} "
+                       f"{prediction!r}", "")
+    if prediction != ledger_count:
+        return _report(f"{NOT_QUITE} you predicted {prediction} model calls, the ledger counted {ledger_count}. "
+                       "Hint: write down, attempt by attempt, which calls run before that attempt's crash "
+                       "point fires; every attempt starts again at plan.", "")
+    return _report(None, f"{prediction} model calls, as the ledger counted")
+
+
+# --- notebook 01: kill it harder ---------------------------------------------------------------
+
+KILL_EXPECTED_STATE = {"source_calls": 2, "model_calls": 1, "evidence": 1, "findings": 1, "status": "complete"}
+
+
+def run_kill_after_fetch(db: Path) -> tuple[int, dict]:
+    """The kit's own run of notebook 01's exercise: SIGKILL at after_fetch, then a second attempt."""
+    from ..agents.checkpoints import attempt_in_child, open_checkpoints, saved_state
+    from ..faults import arm, disarm_all
+
+    conn = open_checkpoints(db)
+    try:
+        arm(conn, "after_fetch", "kill")
+        exit_code = attempt_in_child(db)
+        disarm_all(conn)
+        attempt_in_child(db)
+    finally:
+        conn.close()
+    return exit_code, saved_state(db)
+
+
+def check_kill_after_fetch(kill_after_fetch: Callable[[Path], Any], predictions: dict | None = None) -> None:
+    """Run the learner's ``kill_after_fetch(db)`` on a fresh database and compare what it did with the truth.
+
+    The function must arm ``after_fetch`` with ``kill``, run a first attempt,
+    disarm, run a second attempt, and return ``(first exit code, saved_state(db))``.
+    The check reads the database and the ledger itself, so it does not trust
+    the returned values alone. ``predictions`` (``{"exit_code": ..., "source_calls": ...}``)
+    are compared with what happened.
+    """
+    from ..agents.checkpoints import saved_state
+
+    with tempfile.TemporaryDirectory(prefix="exercise-01-") as folder:
+        db = Path(folder) / "exercise_kill.db"
+        try:
+            returned = kill_after_fetch(db)
+        except NotImplementedError:
+            return _report(f"{NOT_YET} write kill_after_fetch(db), then run this cell again", "")
+        except Exception as error:  # the learner's code: say what broke and carry on
+            return _report(f"{NOT_QUITE} kill_after_fetch raised {type(error).__name__}: {error}", "")
+        state = saved_state(db)
+        fired = _fault_events(db)
+    if fired != ["after_fetch (kill)"]:
+        return _report(f"{NOT_QUITE} the database should show one crash point fired, 'after_fetch (kill)'; "
+                       f"it shows {fired}. Hint: arm(conn, 'after_fetch', 'kill') before the first attempt.", "")
+    if state != KILL_EXPECTED_STATE:
+        return _report(f"{NOT_QUITE} after the second attempt the run should be {KILL_EXPECTED_STATE}, "
+                       f"it is {state}. Hint: disarm_all(conn), then run a second attempt.", "")
+    if not (isinstance(returned, tuple) and len(returned) == 2):
+        return _report(f"{NOT_QUITE} return (first exit code, saved_state(db)), got {returned!r}", "")
+    exit_code, returned_state = returned
+    if exit_code != -9:
+        return _report(f"{NOT_QUITE} the first exit code you returned is {exit_code!r}; a process killed by "
+                       "SIGKILL reports -9 to subprocess. Hint: return what attempt_in_child gave you.", "")
+    if returned_state != state:
+        return _report(f"{NOT_QUITE} you returned {returned_state}, the database holds {state}: "
+                       "return saved_state(db) read after the second attempt.", "")
+    if predictions is not None:
+        wrong = [f"{key}: you predicted {predictions.get(key)!r}, it was {truth}"
+                 for key, truth in (("exit_code", -9), ("source_calls", 2)) if predictions.get(key) != truth]
+        if wrong:
+            return _report(f"{NOT_QUITE} your code is right, your predictions are not: {'; '.join(wrong)}. "
+                           "Hint: subprocess reports death by signal N as -N; where the process died decides "
+                           "what repeats, not how.", "")
+    return _report(None, "SIGKILL at after_fetch: exit code -9, two source calls, one passage, one finding")
+
+
+def _fault_events(db: Path) -> list[str]:
+    conn = sqlite3.connect(db)
+    try:
+        return [row[0] for row in conn.execute("SELECT detail FROM history WHERE event = 'fault_fired' ORDER BY seq")]
+    finally:
+        conn.close()
+
+
+# --- notebook 02: write execute_step -----------------------------------------------------------
+
+def check_execute_step(execute_step: Callable) -> None:
     """Check an ``execute_step(journal, workflow_id, name, activity)`` written in notebook 02.
 
-    It must run the activity once, store its output, and on a second call (a
-    replay) return the stored output without running the activity again.
+    It must run the activity once, store its output, return the stored output
+    on a replay without running the activity, and never replace an output
+    that another process committed while its own activity ran.
     """
-    runs = []
+    with tempfile.TemporaryDirectory(prefix="exercise-02-") as folder:
+        try:
+            problem = _execute_step_problem(execute_step, Path(folder) / "check.db")
+        except NotImplementedError:
+            problem = f"{NOT_YET} write my_execute_step, then run this cell again"
+    _report(problem, "execute_step runs the activity once, stores its output, a replay reuses it, "
+                     "and it never replaces a stored output")
 
-    def activity() -> dict:
-        runs.append(1)
-        return {"subtopics": ["a", "b"], "run": len(runs)}
 
-    with tempfile.TemporaryDirectory() as folder:
-        journal = Journal(Path(folder) / "check.db")
+def _execute_step_problem(execute_step: Callable, db: Path) -> str | None:
+    journal = Journal(db)
+    try:
         journal.start("exercise", {"topic": "t"}, "exercise-1")
-        first = execute_step(journal, "exercise-1", "plan", activity)
-        assert len(runs) == 1, f"the activity should run once on the first call; it ran {len(runs)} times"
-        assert first == {"subtopics": ["a", "b"], "run": 1}, f"the first call should return the activity's output, got {first!r}"
+        runs = []
+
+        def activity() -> dict:
+            runs.append(1)
+            return {"subtopics": ["a", "b"], "run": len(runs)}
+
+        try:
+            first = execute_step(journal, "exercise-1", "plan", activity)
+        except NotImplementedError:
+            raise
+        except Exception as error:
+            return f"{NOT_QUITE} the first call raised {type(error).__name__}: {error}"
+        if len(runs) != 1:
+            return f"{NOT_QUITE} the first call should run the activity once; it ran {len(runs)} times"
+        if first != {"subtopics": ["a", "b"], "run": 1}:
+            return f"{NOT_QUITE} the first call should return the activity's output, got {first!r}"
         stored = [s for s in journal.steps("exercise-1") if s["name"] == "plan"]
-        assert stored and stored[0]["status"] == "complete", "the step's row should be stored with status 'complete'"
-        assert stored[0]["output"] == first, "the stored output should equal the returned one"
+        if not stored or stored[0]["status"] != "complete":
+            return f"{NOT_QUITE} the step's row should be stored with status 'complete'; the steps table has {stored}"
+        if stored[0]["output"] != first:
+            return f"{NOT_QUITE} the stored output {stored[0]['output']!r} should equal the returned {first!r}"
         again = execute_step(journal, "exercise-1", "plan", activity)
-        assert len(runs) == 1, "a replay must return the stored output without running the activity"
-        assert again == first, f"a replay should return {first!r}, got {again!r}"
+        if len(runs) != 1:
+            return (f"{NOT_QUITE} a replay ran the activity again: look up the complete step first and "
+                    "return its stored output")
+        if again != first:
+            return f"{NOT_QUITE} a replay should return {first!r}, got {again!r}"
+        return _race_problem(execute_step, journal)
+    finally:
         journal.conn.close()
-    return "execute_step: runs the activity once, stores its output, and a replay reuses it"
+
+
+def _race_problem(execute_step: Callable, journal: Journal) -> str | None:
+    """Another process commits the step while this one's activity runs: its output must stay."""
+    theirs = {"written_by": "another process"}
+
+    def slow_activity() -> dict:
+        other = sqlite3.connect(journal.path, isolation_level=None)
+        with immediate(other):
+            other.execute("INSERT INTO steps (workflow_id, name, status, output, attempts)"
+                          " VALUES ('exercise-1', 'analyze', 'complete', ?, 1)", (json.dumps(theirs),))
+        other.close()
+        return {"written_by": "this process"}
+
+    hint = ("Hint: inside the transaction, look for a complete row again; if another process committed "
+            "the step meanwhile, keep its output and return it. Never replace a stored output.")
+    try:
+        got = execute_step(journal, "exercise-1", "analyze", slow_activity)
+    except Exception as error:
+        return (f"{NOT_QUITE} when another process had already stored the step, your execute_step raised "
+                f"{type(error).__name__}: {error}. {hint}")
+    stored = [s["output"] for s in journal.steps("exercise-1") if s["name"] == "analyze"]
+    if stored != [theirs]:
+        return f"{NOT_QUITE} the stored output was replaced: it is now {stored}. {hint}"
+    if got != theirs:
+        return (f"{NOT_QUITE} you returned {got!r} while the journal holds {theirs!r}: every caller must see "
+                f"the one recorded outcome. {hint}")
+    return None
+
+
+# --- notebook 03: classify a provider's responses ----------------------------------------------
+
+CLASSIFY_RESPONSES = [
+    {"status": 503, "message": "service unavailable", "sends": False},
+    {"status": 429, "message": "too many requests", "retry_after": 2, "sends": False},
+    {"status": 400, "message": "reference 12 was not returned by retrieval", "sends": False},
+    {"status": 200, "body": "Sure! Northwind relies on one supplier for its capacitors.", "sends": False},
+    {"status": None, "message": "connection reset after the request was sent", "sends": False},
+    {"status": None, "message": "connection reset after the request was sent", "sends": True},
+    {"status": 403, "message": "content policy: the request asks for a customer's home address", "sends": False},
+]
+CLASSIFY_PATHS = ["retry after 1 s", "retry after 2 s", "repair once, then escalate", "repair once, then fallback",
+                  "retry after 1 s", "escalate to reconcile", "stop"]
+
+
+def path_of(error: BaseException) -> str:
+    """The path execute_step takes after a first failure with ``error``, given a repair and a fallback."""
+    from ..retries import FormatFailure, InvalidRequest, RetryPolicy, decide
+
+    if isinstance(error, FormatFailure):
+        return "repair once, then fallback"
+    if isinstance(error, InvalidRequest):
+        return "repair once, then escalate"
+    decision = decide(error, 1, RetryPolicy(base_delay=1.0), budget_left=10)
+    return {"retry": f"retry after {decision.delay:g} s", "reconcile": "escalate to reconcile"}.get(
+        decision.path, decision.path)
+
+
+def check_classify(classify: Callable[[dict], BaseException]) -> None:
+    """Run the learner's ``classify`` on every response and compare the path its exception takes."""
+    wrong = []
+    for response, needed in zip(CLASSIFY_RESPONSES, CLASSIFY_PATHS):
+        try:
+            error = classify(response)
+        except NotImplementedError:
+            return _report(f"{NOT_YET} write my_classify, then run this cell again", "")
+        except Exception as raised:
+            return _report(f"{NOT_QUITE} classify({response}) raised {type(raised).__name__}: {raised}. "
+                           "Return the exception, do not raise it.", "")
+        if not isinstance(error, BaseException):
+            return _report(f"{NOT_QUITE} classify({response}) returned {error!r}; return an exception "
+                           "instance such as Transient(response['message'])", "")
+        got = path_of(error)
+        if got != needed:
+            wrong.append(f"status {response['status']} (sends: {response['sends']}) got "
+                         f"{type(error).__name__}, which takes the path {got!r}; it needs {needed!r}")
+    if wrong:
+        return _report(f"{NOT_QUITE} {len(wrong)} of {len(CLASSIFY_RESPONSES)} responses take the wrong path: "
+                       + "; ".join(wrong), "")
+    return _report(None, f"all {len(CLASSIFY_RESPONSES)} responses take the path they need")

@@ -1,0 +1,66 @@
+"""The chart helper: one palette, no empty legend entries, grouped bars with gaps, shared y-limits."""
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+
+from durable_kit.lab import charts  # noqa: E402
+
+
+@pytest.fixture
+def drawn(monkeypatch):
+    """The figure each chart call shows, instead of showing it."""
+    figures = []
+    monkeypatch.setattr(plt, "show", lambda: figures.append(plt.gcf()))
+    yield figures
+    plt.close("all")
+
+
+def legend(fig) -> list[str]:
+    return [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+
+
+def test_a_series_that_is_zero_everywhere_has_no_legend_entry_but_a_note(drawn):
+    charts.calls_vs_artifacts(["a", "b"], [7, 9], 7, [0, 0], "t", calls_label="model calls",
+                              stored_label="stored results")
+    (fig,) = drawn
+    assert legend(fig) == ["model calls, needed once", "model calls, repeated"]
+    assert "stored results: 0 everywhere" in [t.get_text() for t in fig.axes[0].texts]
+
+
+def test_colours_keep_one_meaning_and_fonts_are_projector_sized(drawn):
+    charts.calls_vs_artifacts(["a", "b"], [1, 2], 1, [1, 1], "t")
+    (fig,) = drawn
+    ax = fig.axes[0]
+    colours = {matplotlib.colors.to_hex(p.get_facecolor()) for p in ax.patches}
+    assert colours == {charts.NEEDED, charts.REPEATED, charts.KEPT}
+    assert ax.title.get_fontsize() == charts.PROJECTOR["axes.titlesize"]
+    assert ax.yaxis.label.get_fontsize() == charts.PROJECTOR["axes.labelsize"]
+    assert plt.rcParams["font.size"] == 10.0  # the projector sizes did not leak into later charts
+
+
+def test_groups_leave_a_gap_and_are_named_once(drawn):
+    labels = ["exit", "kill", "exit", "kill"]
+    charts.calls_vs_artifacts(labels, [1, 1, 2, 2], 1, [1, 1, 1, 1], "t", groups=["naive", "naive", "keys", "keys"])
+    (fig,) = drawn
+    ticks = list(fig.axes[0].get_xticks())
+    assert ticks == [0.0, 1.0, 2.0 + charts.GROUP_GAP, 3.0 + charts.GROUP_GAP]
+    assert sorted(t.get_text() for t in fig.axes[0].texts) == ["keys", "naive"]
+    with pytest.raises(ValueError, match="one group per label"):
+        charts.calls_vs_artifacts(labels, [1, 1, 2, 2], 1, [1, 1, 1, 1], "t", groups=["naive"])
+
+
+def test_two_charts_compared_side_by_side_can_share_a_y_limit(drawn):
+    top = charts.shared_ymax([1, 2], [1, 1], [5, 3])
+    assert top == 5
+    charts.calls_vs_artifacts(["a"], [1], 1, [1], "good", ymax=top)
+    charts.calls_vs_artifacts(["a"], [5], 1, [1], "bad", ymax=top)
+    assert drawn[0].axes[0].get_ylim() == drawn[1].axes[0].get_ylim()
+
+
+def test_the_old_positional_call_still_works(drawn):
+    charts.calls_vs_artifacts(["x"], [2], [1], [1], "title", "calls", "stored", "xlabel")
+    assert drawn[0].axes[0].get_xlabel() == "xlabel"

@@ -55,9 +55,12 @@ def divergence(recorded: dict[int, dict], position: int, name: str, input_json: 
                     f"{elsewhere} (steps reordered)")
         return None
     if here["name"] != name:
-        moved = any(r["name"] == name for r in recorded.values())
+        later = any(p > position and r["name"] == name for p, r in recorded.items())
+        earlier = any(p < position and r["name"] == name for p, r in recorded.items())
+        why = ("steps reordered" if earlier else "a step removed, or steps reordered" if later
+               else "a step renamed, inserted or removed")
         return (f"at position {position} the journal recorded step {here['name']!r}, but the code asked for "
-                f"{name!r} ({'steps reordered' if moved else 'a step renamed, inserted or removed'})")
+                f"{name!r} ({why})")
     if here["status"] == "complete" and here["input"] != input_json:
         return (f"step {name!r} completed with input {here['input']}, but the code now gives {input_json} "
                 "(its stored output belongs to the old input)")

@@ -32,35 +32,58 @@ from .errors import Ended, LeaseLost, NonDeterminism, Suspended, WorkflowError, 
 from .faults import tracing, trip
 from .leases import FINAL_STATUSES, Heartbeat, Lease, check, grant, new_owner, release
 from .retries import Crashed, FormatFailure, InvalidRequest, RetryPolicy, record_failure
-from .store import append_event, connect, from_json, immediate, now, to_json
+from .redact import redact, register_secret
+from .store import append_event, connect, connect_read_only, from_json, immediate, now, to_json
 
 WORKFLOWS: dict[str, Callable[["Workflow"], Any]] = {}
 VERSIONS: dict[str, str] = {}  # kind -> the code version a new workflow of that kind records
+INPUTS: dict[str, dict[str, type]] = {}  # kind -> the input keys it needs, and their types
 
 # A step without a retry policy whose attempts keep killing their process escalates after this many.
 CRASH_LIMIT = RetryPolicy(max_attempts=3)
 
 
-def workflow(kind: str, version: str | None = None) -> Callable:
+def workflow(kind: str, version: str | None = None, inputs: dict[str, type] | None = None) -> Callable:
     """Register a workflow function under ``kind`` so any process can run it by name.
 
     ``version`` names the code; without it, a hash of the function's source
-    (``change.source_version``). A workflow records the version it started under.
+    (``change.source_version``). A workflow records the version it started
+    under. ``inputs`` declares the input keys it needs and their types:
+    ``Journal.start`` refuses an input without them.
     """
     def register(fn: Callable[["Workflow"], Any]) -> Callable[["Workflow"], Any]:
         WORKFLOWS[kind] = fn
         VERSIONS[kind] = version or change.source_version(fn)
+        INPUTS[kind] = dict(inputs or {})
         return fn
     return register
+
+
+def check_input(kind: str, workflow_id: str, value: Any) -> None:
+    """Raise ``WorkflowError`` if ``value`` lacks a key the kind declared, or has it with the wrong type."""
+    needed = INPUTS.get(kind) or {}
+    if not needed:
+        return
+    if not isinstance(value, dict):
+        raise WorkflowError(f"workflow {workflow_id!r} of kind {kind!r}: the input must be a JSON object with "
+                            f"{sorted(needed)}; nothing was started.")
+    for key, expected in needed.items():
+        if key not in value:
+            raise WorkflowError(f"workflow {workflow_id!r} of kind {kind!r} needs input {key!r} "
+                                f"({expected.__name__}); it got {sorted(value)}. Nothing was started.")
+        if not isinstance(value[key], expected) or isinstance(value[key], bool) and expected is not bool:
+            raise WorkflowError(f"workflow {workflow_id!r} of kind {kind!r}: input {key!r} must be a "
+                                f"{expected.__name__}, not {type(value[key]).__name__}. Nothing was started.")
 
 
 class Journal:
     """Workflows, steps and their append-only history in one SQLite file."""
 
-    def __init__(self, path: str | Path, synchronous: str = "FULL"):
+    def __init__(self, path: str | Path, synchronous: str = "FULL", create: bool = True, read_only: bool = False):
+        """Open the journal at ``path``; ``create=False`` refuses a missing or empty file, ``read_only`` never writes."""
         self.path = Path(path)
         self.synchronous = synchronous.upper()
-        self.conn = connect(self.path, self.synchronous)
+        self.conn = connect_read_only(self.path) if read_only else connect(self.path, self.synchronous, create=create)
 
     @contextmanager
     def marker_transaction(self):
@@ -88,7 +111,11 @@ class Journal:
         with a different kind or input it raises ``WorkflowError`` and writes nothing.
         ``retry_budget`` caps the retries charged across all its steps.
         """
+        if workflow_id is not None and not workflow_id.strip():
+            raise WorkflowError("a workflow id cannot be empty (an unset variable?): an empty id would start a new "
+                                "task every time. Give the id, or leave it out for a random one. Nothing was started.")
         workflow_id = workflow_id or uuid.uuid4().hex[:12]
+        check_input(kind, workflow_id, input)
         input_json = to_json(input, workflow_id, None, "workflow input")
         with immediate(self.conn):
             row = self.conn.execute("SELECT kind, input FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
@@ -150,6 +177,32 @@ class Journal:
             self._event(workflow_id, None, "workflow_resumed", f"from {row['status']} by {by}")
         return self.workflow(workflow_id)
 
+    def purge(self, workflow_id: str) -> dict[str, int]:
+        """Delete every row of one finished workflow, then rewrite the file; how many rows went, per table.
+
+        What deletion can do in SQLite: the rows are gone from every query at
+        once, but their bytes stay in the file's free pages and in the
+        write-ahead log until overwritten. So purge then checkpoints the log
+        (truncating it) and runs VACUUM, which rewrites the whole file. It
+        cannot reach copies elsewhere: backups, the ledger and the
+        destinations' own files beside the journal. Only a workflow in a
+        final status can be purged; any other is refused and nothing changes.
+        """
+        counts = {}
+        with immediate(self.conn):
+            row = self.conn.execute("SELECT status FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
+            if row is None:
+                raise WorkflowError(f"no workflow {workflow_id!r} in {self.path.name}; check the id.")
+            if row["status"] not in FINAL_STATUSES:
+                raise WorkflowError(f"workflow {workflow_id!r} is {row['status']!r}, not finished; only a finished "
+                                    "workflow can be purged. Cancel it first. Nothing was changed.")
+            for table in ("history", "steps", "waits", "escalations", "reservations", "outbox", "workflows"):
+                column = "id" if table == "workflows" else "workflow_id"
+                counts[table] = self.conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (workflow_id,)).rowcount
+        self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        self.conn.execute("VACUUM")
+        return counts
+
     def cancel(self, workflow_id: str, by: str, reason: str) -> dict:
         """Ask the workflow to stop at its next step boundary and undo its effects (``change.cancel``)."""
         return change.cancel(self, workflow_id, by, reason)
@@ -201,6 +254,19 @@ class Workflow:
         self._names_seen: set[str] = set()
         self._reused: list[str] = []
 
+    def secret(self, variable: str) -> str:
+        """The value of environment variable ``variable``, redacted from everything written from now on.
+
+        Secrets belong in the environment, never in a workflow's input: the
+        journal keeps its input for good.
+        """
+        value = os.environ.get(variable)
+        if not value:
+            raise WorkflowError(f"workflow {self.id!r} needs the secret {variable!r}: set that environment variable "
+                                "in the worker's environment (never in the workflow's input).")
+        register_secret(value)
+        return value
+
     @property
     def fencing_token(self) -> int | None:
         """This replay's lease token: send it to a destination that refuses tokens older than one it has seen."""
@@ -212,8 +278,8 @@ class Workflow:
                      compensate: Callable[[Any], Any] | None = None, timeout: float | None = None) -> Any:
         """Return the step's stored output, or run ``activity`` now and store its output.
 
-        A completed step is found by name alone: its activity does not run and
-        ``step_input`` is not compared. Otherwise the attempt is committed as
+        A completed step is found by its name at its position, with the same
+        ``step_input`` (see below); its activity does not run. Otherwise the attempt is committed as
         *running*, the activity runs (at least once, counting crashes), and its
         output is committed before it is returned. The value returned is the
         stored JSON decoded, so the first run and every replay see the same value.
@@ -327,7 +393,7 @@ class Workflow:
         with self._write():
             self._write_reused()
             self.conn.execute("UPDATE workflows SET status = 'blocked', error = ?, updated_at = ? WHERE id = ?",
-                              (message, now(), self.id))
+                              (redact(message), now(), self.id))
             self.journal._event(self.id, None, "workflow_blocked", problem)
         raise NonDeterminism(message)
 
@@ -353,7 +419,7 @@ class Workflow:
         with self._write():
             self._write_reused()
             self.conn.execute("UPDATE workflows SET status = 'cancelled', error = ?, next_run_at = NULL,"
-                              " updated_at = ? WHERE id = ?", (reason, now(), self.id))
+                              " updated_at = ? WHERE id = ?", (redact(reason), now(), self.id))
             self.journal._event(self.id, None, "workflow_cancelled",
                                 reason + (f"; compensated {', '.join(undone)}" if undone else "; nothing to undo"))
         raise Ended(f"workflow {self.id!r}: {reason}")
@@ -473,7 +539,7 @@ class Workflow:
         with self._write():
             self._write_reused()
             self.conn.execute("UPDATE workflows SET status = ?, error = ?, updated_at = ? WHERE id = ?",
-                              (status, reason, now(), self.id))
+                              (status, redact(reason), now(), self.id))
             self.journal._event(self.id, None, f"workflow_{status}", reason)
         raise Ended(f"workflow {self.id!r}: {status}: {reason}")
 
@@ -489,7 +555,7 @@ class Workflow:
         with self._write():
             self._write_reused()
             self.conn.execute("UPDATE workflows SET status = 'paused', error = ?, next_run_at = ?, updated_at = ?"
-                              " WHERE id = ?", (reason, until, now(), self.id))
+                              " WHERE id = ?", (redact(reason), until, now(), self.id))
             self.journal._event(self.id, None, "workflow_paused",
                                 reason + ("" if until is None else f" (resumes in {max(0.0, until - now()):.0f} s)"))
         raise Suspended(f"workflow {self.id!r} paused: {reason}")
@@ -550,7 +616,7 @@ class Workflow:
             "   attempts = attempts + 1, error = NULL, next_attempt_at = NULL,"
             "   repair_message = excluded.repair_message, versions = excluded.versions WHERE status != 'complete'"
             " RETURNING attempts",
-            (self.id, name, input_json, repair_message, self._position, versions_json, now()),
+            (self.id, name, input_json, redact(repair_message), self._position, versions_json, now()),
         ).fetchone()
         if attempt is None:
             return None
@@ -623,7 +689,7 @@ class Workflow:
             self._write_reused()
             self.conn.execute(
                 "UPDATE workflows SET status = 'failed', error = ?, updated_at = ? WHERE id = ?",
-                (f"{type(error).__name__}: {error}", now(), self.id))
+                (redact(f"{type(error).__name__}: {error}"), now(), self.id))
             self.journal._event(self.id, None, "workflow_failed", f"{type(error).__name__}: {error}")
 
 

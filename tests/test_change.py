@@ -76,7 +76,8 @@ V2 = {
 PROBLEMS = {
     "renamed": "at position 2 the journal recorded step 'reserve', but the code asked for 'hold' "
                "(a step renamed, inserted or removed)",
-    "reordered": "at position 1 the journal recorded step 'quote', but the code asked for 'reserve' (steps reordered)",
+    "reordered": "at position 1 the journal recorded step 'quote', but the code asked for 'reserve' "
+                 "(a step removed, or steps reordered)",
     "inserted": "at position 2 the journal recorded step 'reserve', but the code asked for 'fraud_check' "
                 "(a step renamed, inserted or removed)",
     "changed input": "step 'quote' completed with input {\"price\":10}, but the code now gives {\"price\":12} "

@@ -11,11 +11,31 @@ import time
 from pathlib import Path
 
 
-def load_module(path: str) -> None:
-    """Import a Python file by path so the workflows it defines are registered."""
-    spec = importlib.util.spec_from_file_location(Path(path).stem, path)
+def load_module(name: str) -> None:
+    """Import the workflows' module: a Python file (its folder becomes importable too) or a module name.
+
+    ``notebooks/scratch/travel.py`` imports that file, with ``notebooks/scratch``
+    put first on ``sys.path`` so its sibling imports work; ``my_agents.travel``
+    imports an installed or importable module.
+    """
+    import importlib
+
+    path = Path(name)
+    if path.suffix != ".py" and not path.exists():
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as missing:
+            sys.exit(f"cannot import {name!r}: no such file and no such module ({missing}). "
+                     "Pass a .py file or an importable module name.")
+        return
+    if not path.is_file():
+        sys.exit(f"cannot import {name}: no such file. Pass a .py file or an importable module name.")
+    folder = str(path.resolve().parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     if spec is None or spec.loader is None:
-        sys.exit(f"cannot import {path}: is it a Python file?")
+        sys.exit(f"cannot import {name}: is it a Python file?")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
@@ -27,7 +47,7 @@ def cmd_run(args) -> int:
 
     if args.module:
         load_module(args.module)
-    output = run_workflow(Journal(args.db), args.workflow)
+    output = run_workflow(Journal(args.db, create=False), args.workflow)
     print(json.dumps(output))
     return 0
 
@@ -42,7 +62,11 @@ def cmd_start(args) -> int:
         sys.exit(f"no workflow kind {args.kind!r}; known: {sorted(WORKFLOWS)}. Define it in a file and pass --module.")
     if args.input is None and args.topic is None:
         sys.exit("give the workflow's input: --topic TEXT for the research kinds, or --input JSON")
-    workflow_input = json.loads(args.input) if args.input else {"topic": args.topic}
+    try:
+        workflow_input = json.loads(args.input) if args.input else {"topic": args.topic}
+    except json.JSONDecodeError as error:
+        sys.exit(f"error: --input is not JSON ({error.msg} at character {error.pos}); nothing was started. "
+                 """Quote it for the shell, for example --input '{"order_id": "A-1002"}'.""")
     workflow_id = Journal(args.db).start(args.kind, workflow_input, args.id)
     print(json.dumps({"workflow_id": workflow_id}) if args.json else workflow_id)
     return 0
@@ -54,7 +78,7 @@ def cmd_decide(args) -> int:
     from .journal import Journal
     from .waits import answer, approve, describe_outcome, reject
 
-    journal = Journal(args.db)
+    journal = Journal(args.db, create=False)
     try:
         if args.command == "answer":
             result = answer(journal, args.workflow, args.text, args.by, wait=args.wait)
@@ -77,7 +101,7 @@ def cmd_cancel(args) -> int:
     """Ask a workflow to stop at its next step boundary; a worker then runs its compensations."""
     from .journal import Journal
 
-    row = Journal(args.db).cancel(args.workflow, args.by, args.reason)
+    row = Journal(args.db, create=False).cancel(args.workflow, args.by, args.reason)
     print(json.dumps({"workflow_id": args.workflow, "status": row["status"]}) if args.json
           else f"{args.workflow}: cancellation saved ({row['status']}); it stops at its next step boundary and "
                "undoes what it did, newest first")
@@ -92,9 +116,20 @@ def cmd_fork(args) -> int:
     if args.module:
         load_module(args.module)
     new_input = json.loads(args.input) if args.input else None
-    new_id = Journal(args.db).fork(args.workflow, args.new_id, args.up_to, args.by, new_input)
+    new_id = Journal(args.db, create=False).fork(args.workflow, args.new_id, args.up_to, args.by, new_input)
     print(json.dumps({"workflow_id": new_id, "forked_from": args.workflow, "up_to": args.up_to}) if args.json
           else f"{new_id}: forked from {args.workflow} up to {args.up_to}; a worker runs the rest")
+    return 0
+
+
+def cmd_purge(args) -> int:
+    """Delete one finished workflow's stored data and rewrite the file (see ``Journal.purge`` for the limits)."""
+    from .journal import Journal
+
+    counts = Journal(args.db, create=False).purge(args.workflow)
+    print(json.dumps({"workflow_id": args.workflow, "deleted": counts}) if args.json
+          else f"{args.workflow}: deleted {sum(counts.values())} rows; the file was checkpointed and vacuumed. "
+               "Copies elsewhere (backups, the ledger, destinations' files) are not touched.")
     return 0
 
 
@@ -102,17 +137,27 @@ def cmd_resume(args) -> int:
     """Resume a paused or failed workflow: the next worker replays it, reusing every completed step."""
     from .journal import Journal
 
-    row = Journal(args.db).resume(args.workflow, args.by)
+    row = Journal(args.db, create=False).resume(args.workflow, args.by)
     print(json.dumps({"workflow_id": args.workflow, "status": row["status"]}) if args.json
           else f"{args.workflow}: {row['status']}; a worker will replay it, reusing every completed step")
     return 0
+
+
+# What a person can do about a workflow that no worker will pick up by itself.
+STATUS_HINTS = {
+    "failed": "failed: its code raised an error that is not a failure class (a bug, or output that is not JSON); "
+              "no worker retries it. Fix the code, then `resume` it: completed steps are reused.",
+    "blocked": "blocked: a replay asked for other steps than the journal recorded; nothing after that ran. Deploy "
+               "code that replays the history (wf.patched), then `resume` it, or `fork` it.",
+    "paused": "paused: waiting for an outside service or a person's go-ahead; `resume` it when it can go on.",
+}
 
 
 def cmd_status(args) -> int:
     from .journal import Journal
     from .waits import open_wait
 
-    journal = Journal(args.db)
+    journal = Journal(args.db, read_only=True)
     wf = journal.workflow(args.workflow)
     steps = [{**{key: step[key] for key in ("name", "status", "attempts", "error", "next_attempt_at", "position")},
               "versions": json.loads(step["versions"]) if step["versions"] else None}
@@ -130,13 +175,14 @@ def cmd_status(args) -> int:
         return 0
     print(f"{wf['id']} ({wf['kind']}, version {wf['version'] or 'not recorded'}): {wf['status']}"
           + (f" - {wf['error']}" if wf["error"] else ""))
+    if wf["status"] in STATUS_HINTS:
+        print(f"  {STATUS_HINTS[wf['status']]}")
     if wf["origin"]:
         origin = json.loads(wf["origin"])
         print(f"  forked from {origin['workflow']} up to step {origin['up_to']} by {origin['by']}")
     if wf["cancel_requested"] and wf["status"] != "cancelled":
         request = json.loads(wf["cancel_requested"])
         print(f"  cancellation requested by {request['by']}: {request['reason']}")
-
     if waiting_for:
         print(f"  waiting for {waiting_for['kind']} {waiting_for['name']!r}")
         for key, value in (waiting_for["request"] or {}).items():
@@ -160,7 +206,7 @@ def cmd_status(args) -> int:
 def cmd_history(args) -> int:
     from .journal import Journal
 
-    journal = Journal(args.db)
+    journal = Journal(args.db, read_only=True)
     journal.workflow(args.workflow)  # a clear error for an unknown id, not an empty history
     events = [{key: e[key] for key in ("seq", "step", "event", "detail", "pid", "at")}
               for e in journal.history(args.workflow)]
@@ -174,13 +220,14 @@ def cmd_history(args) -> int:
 
 def cmd_worker(args) -> int:
     from . import agents  # noqa: F401  (registers the built-in workflows)
+    from .redact import redact
     from .worker import run_worker
 
     if args.module:
         load_module(args.module)
     run_worker(args.db, once=args.once, until_idle=args.until_idle, poll=args.poll,
                lease_seconds=args.lease_seconds, leases=not args.no_leases, trust_pids=not args.expiry_only,
-               log=lambda message: print(message, flush=True))
+               log=lambda message: print(redact(message), flush=True))
     return 0
 
 
@@ -251,6 +298,55 @@ def cmd_fault(args) -> int:
     if args.name == "slow-next-step" and not args.seconds:
         sys.exit("slow-next-step needs --seconds N")
     return cmd_arm(args)
+
+
+def cmd_check_setup(args) -> int:
+    from .setup_check import main as check_setup
+
+    return check_setup(args.scratch)
+
+
+def cmd_reset_scratch(args) -> int:
+    from .lab.student import reset_scratch
+
+    for folder in reset_scratch(args.notebooks):
+        print(f"removed {folder}")
+    return 0
+
+
+def cmd_crashlab(args) -> int:
+    from . import crashlab
+
+    workflow_input = json.loads(args.input)
+    policy = crashlab.answers(args.answer, approve=not args.reject) if args.answer else (
+        crashlab.reject_all if args.reject else crashlab.approve_all)
+    common = {"module": args.module, "policy": policy}
+    if args.mode == "fuzz":
+        result = crashlab.fuzz_report(crashlab.fuzz(args.kind, workflow_input, trials=args.trials, seed=args.seed,
+                                                    max_kills=args.max_kills, progress=not args.no_progress,
+                                                    **common))
+        print(json.dumps(result) if args.json else "\n".join(f"{k}: {v}" for k, v in result.items()))
+        return 0
+    if args.mode == "steps":
+        rows = crashlab.step_map(args.kind, workflow_input, **common)
+    else:
+        rows = [crashlab.summary_row(row) for row in crashlab.explore(
+            args.kind, workflow_input, actions=tuple(args.actions.split(",")), **common)]
+    print(json.dumps(rows) if args.json else "\n".join("  ".join(f"{k}={v}" for k, v in r.items()) for r in rows))
+    return 0
+
+
+def seconds(minimum: float = 0.0):
+    """An argparse type: a finite number of seconds, at least ``minimum``."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+        if not value >= minimum or value == float("inf"):
+            raise argparse.ArgumentTypeError(f"{text} seconds: give a finite number of at least {minimum:g}")
+        return value
+    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -328,6 +424,12 @@ def build_parser() -> argparse.ArgumentParser:
     fork.add_argument("--json", action="store_true")
     fork.set_defaults(handler=cmd_fork)
 
+    purge = commands.add_parser("purge", help="delete one finished workflow's stored data and rewrite the file")
+    purge.add_argument("--db", required=True)
+    purge.add_argument("--workflow", required=True)
+    purge.add_argument("--json", action="store_true")
+    purge.set_defaults(handler=cmd_purge)
+
     resume = commands.add_parser("resume", help="resume a paused, failed or blocked workflow from its last "
                                                 "completed step")
     resume.add_argument("--db", required=True)
@@ -341,8 +443,9 @@ def build_parser() -> argparse.ArgumentParser:
     mode = worker.add_mutually_exclusive_group()
     mode.add_argument("--once", action="store_true", help="one pass over the workflows due now, then stop")
     mode.add_argument("--until-idle", action="store_true", help="stop when nothing is due")
-    worker.add_argument("--poll", type=float, default=0.2, help="seconds between looks when nothing is due")
-    worker.add_argument("--lease-seconds", type=float, default=10.0,
+    worker.add_argument("--poll", type=seconds(minimum=0.01), default=0.2,
+                        help="seconds between looks when nothing is due")
+    worker.add_argument("--lease-seconds", type=seconds(minimum=0.3), default=10.0,
                         help="how long a claim lasts without a heartbeat (renewed every third of it)")
     worker.add_argument("--expiry-only", action="store_true",
                         help="take over a dead worker's workflows only when its lease expires, even if its process "
@@ -379,7 +482,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="next_step, after_activity:STEP or after_commit:STEP (for example after_commit:analyze)")
     arm.add_argument("--action", default="exit", choices=["exit", "kill", "fail", "delay"],
                      help="exit: os._exit(13); kill: SIGKILL; fail: a transient error; delay: sleep --seconds")
-    arm.add_argument("--seconds", type=float, default=0, help="how long 'delay' sleeps")
+    arm.add_argument("--seconds", type=seconds(), default=0, help="how long 'delay' sleeps")
     arm.add_argument("--json", action="store_true")
     arm.set_defaults(handler=cmd_arm)
 
@@ -389,21 +492,52 @@ def build_parser() -> argparse.ArgumentParser:
         "crash-after-notify: the worker dies after the notification is sent, before the notify step is "
         "recorded; crash-after-reserve: it dies after reserving the notification key, before sending"))
     fault.add_argument("--db", required=True)
-    fault.add_argument("--seconds", type=float, default=0, help="for slow-next-step")
+    fault.add_argument("--seconds", type=seconds(), default=0, help="for slow-next-step")
     fault.add_argument("--json", action="store_true")
     fault.set_defaults(handler=cmd_fault)
+
+    setup = commands.add_parser("check-setup", help="check Python, packages, SQLite, processes, signals and widgets")
+    setup.add_argument("--scratch", help="the scratch folder to test (default: notebooks/scratch in this checkout)")
+    setup.set_defaults(handler=cmd_check_setup)
+
+    reset = commands.add_parser("reset-scratch", help="delete every notebook scratch folder (databases, files)")
+    reset.add_argument("--notebooks", help="the notebooks folder (default: notebooks/ in this checkout)")
+    reset.set_defaults(handler=cmd_reset_scratch)
+    crashlab = commands.add_parser("crashlab", help="crash any workflow at every boundary, or at random ones")
+    crashlab.add_argument("mode", choices=["explore", "fuzz", "steps"],
+                          help="explore: every fault point by exit and SIGKILL, one row each; fuzz: random kills "
+                               "with invariants checked after each trial; steps: the step map of a clean run")
+    crashlab.add_argument("--kind", required=True, help="the workflow kind (registered by the kit or --module)")
+    crashlab.add_argument("--input", default="{}", help="the workflow's input as JSON")
+    crashlab.add_argument("--module", help="a Python file or importable module that registers the kind")
+    crashlab.add_argument("--trials", type=int, default=100, help="fuzz: how many trials")
+    crashlab.add_argument("--seed", type=int, default=0, help="fuzz: the same seed arms the same points")
+    crashlab.add_argument("--max-kills", type=int, default=2, help="fuzz: kills armed per trial, at most")
+    crashlab.add_argument("--actions", default="exit,kill", help="explore: exit, kill or both (comma-separated)")
+    crashlab.add_argument("--answer", help="answer every clarifying question with this text")
+    crashlab.add_argument("--reject", action="store_true", help="reject every approval (default: approve)")
+    crashlab.add_argument("--no-progress", action="store_true", help="fuzz: no progress bar on stderr")
+    crashlab.add_argument("--json", action="store_true", help="print JSON")
+    crashlab.set_defaults(handler=cmd_crashlab)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    import sqlite3
+
     from .errors import WorkflowError
+    from .redact import redact
+    from .store import NotJSON, SchemaMismatch, StorageFault, describe_storage_fault
 
     try:
         return args.handler(args)
-    except WorkflowError as error:  # a clear message, and nothing was changed
-        print(f"error: {error}", file=sys.stderr)
+    except (WorkflowError, StorageFault, SchemaMismatch, NotJSON) as error:  # a clear message; nothing was changed
+        print(f"error: {redact(str(error))}", file=sys.stderr)
         return 2
+    except sqlite3.Error as error:  # the storage itself: one line with the path, never a traceback
+        print(f"error: {describe_storage_fault(error, getattr(args, 'db', 'the database'))}", file=sys.stderr)
+        return 3
     except BrokenPipeError:  # the reader left early (for example `| head`): not an error worth a traceback
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

@@ -10,10 +10,12 @@ a backoff, and no crash between a failure and its schedule retries early.
 from __future__ import annotations
 
 import json
+import math
 import random
 import sqlite3
 from dataclasses import dataclass
 
+from .redact import redact
 from .store import append_event, now
 
 
@@ -62,6 +64,15 @@ class RetryPolicy:
     max_delay: float = 60.0
     jitter: bool = False
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_attempts, int) or isinstance(self.max_attempts, bool) or self.max_attempts < 1:
+            raise ValueError(f"RetryPolicy: max_attempts must be a whole number of at least 1 (the first attempt "
+                             f"counts), not {self.max_attempts!r}")
+        for name in ("base_delay", "max_delay"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                raise ValueError(f"RetryPolicy: {name} must be a finite number of seconds, 0 or more, not {value!r}")
+
     def delay(self, attempt: int) -> float:
         """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
         delay = min(self.base_delay * 2 ** (attempt - 1), self.max_delay)
@@ -108,7 +119,7 @@ def record_failure(conn: sqlite3.Connection, workflow_id: str, step: str, error:
     only path without a ``policy``) just the failure. Returns None, writing
     nothing, if the step is already complete: a failure never replaces an output.
     """
-    detail = f"{type(error).__name__}: {error}"
+    detail = redact(f"{type(error).__name__}: {error}")
     failed = conn.execute("UPDATE steps SET status = 'failed', error = ? WHERE workflow_id = ? AND name = ?"
                           " AND status != 'complete'", (detail, workflow_id, step)).rowcount
     if not failed:
@@ -150,8 +161,9 @@ def _write_escalation(conn: sqlite3.Connection, workflow_id: str, step: str, dec
             "SELECT detail FROM history WHERE workflow_id = ? AND step = ? AND event = 'step_failed' ORDER BY seq",
             (workflow_id, step)), start=1)
     ]
+    reason = redact(decision.reason)
     conn.execute("INSERT OR REPLACE INTO escalations (workflow_id, step, reason, attempts, created_at)"
-                 " VALUES (?, ?, ?, ?, ?)", (workflow_id, step, decision.reason, json.dumps(attempts), now()))
+                 " VALUES (?, ?, ?, ?, ?)", (workflow_id, step, reason, json.dumps(attempts), now()))
     conn.execute("UPDATE workflows SET status = ?, error = ?, updated_at = ? WHERE id = ?",
-                 (status, decision.reason, now(), workflow_id))
+                 (status, reason, now(), workflow_id))
     append_event(conn, workflow_id, step, f"workflow_{status}", decision.reason)

@@ -14,6 +14,9 @@ import sqlite3
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import quote
+
+from .redact import redact
 from typing import Any, Iterator
 
 SCHEMA_VERSION = 4
@@ -123,23 +126,41 @@ class SchemaMismatch(RuntimeError):
     """The database was written by a different schema version of durable_kit."""
 
 
+class StorageFault(RuntimeError):
+    """The database file cannot be used as it is (missing, empty, damaged, not a journal); nothing was written."""
+
+
 class NotJSON(TypeError):
     """A value could not be stored as JSON; nothing was written."""
 
 
-def connect(path: str | Path, synchronous: str = "FULL", busy_timeout_ms: int = 5000) -> sqlite3.Connection:
-    """Open (creating if needed) a database in WAL mode; commits are durable per ``synchronous``.
+def default_busy_timeout_ms() -> int:
+    """How long a statement waits for another process's write lock: ``$DURABLE_KIT_BUSY_TIMEOUT_MS``, else 5000."""
+    value = os.environ.get("DURABLE_KIT_BUSY_TIMEOUT_MS", "5000")
+    if not value.isdigit():
+        raise ValueError(f"DURABLE_KIT_BUSY_TIMEOUT_MS must be a whole number of milliseconds, not {value!r}")
+    return int(value)
+
+
+def connect(path: str | Path, synchronous: str = "FULL", busy_timeout_ms: int | None = None,
+            create: bool = True) -> sqlite3.Connection:
+    """Open a journal in WAL mode (creating it, and its schema, if ``create``); commits are durable per ``synchronous``.
 
     ``FULL`` syncs the write-ahead log on every commit. ``NORMAL`` keeps every
     commit across a process crash but may lose the last ones on power loss.
+    With ``create=False`` a missing or empty file is refused (``StorageFault``)
+    instead of becoming a new, empty journal beside files that still hold records.
     """
     level = synchronous.upper()
     if level not in SYNCHRONOUS_LEVELS:
         raise ValueError(f"synchronous must be one of {SYNCHRONOUS_LEVELS}, not {synchronous!r}")
+    if not create:
+        _refuse_missing_or_empty(Path(path))
+    timeout = default_busy_timeout_ms() if busy_timeout_ms is None else busy_timeout_ms
     # isolation_level=None: we issue BEGIN ourselves, so every transaction is visible in the code.
-    conn = sqlite3.connect(str(path), isolation_level=None, timeout=busy_timeout_ms / 1000)
+    conn = sqlite3.connect(str(path), isolation_level=None, timeout=timeout / 1000)
     conn.row_factory = sqlite3.Row
-    conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+    conn.execute(f"PRAGMA busy_timeout = {int(timeout)}")
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute(f"PRAGMA synchronous = {level}")
     conn.execute("PRAGMA foreign_keys = ON")
@@ -160,6 +181,71 @@ def _ensure_schema(conn: sqlite3.Connection, path: str | Path) -> None:
                 f"{path} has schema version {row['version']}, this durable_kit expects {SCHEMA_VERSION}: "
                 "use a new database file, or the durable_kit version that wrote it."
             )
+
+
+def connect_read_only(path: str | Path) -> sqlite3.Connection:
+    """Open an existing journal only to read it: no file, schema or WAL mode is ever created, no lock taken.
+
+    Refuses (``StorageFault``, one line naming the path and what to do) a
+    missing or empty file, a damaged one, an SQLite file that is not a
+    journal; a journal of another schema version raises ``SchemaMismatch``.
+    """
+    path = Path(path)
+    _refuse_missing_or_empty(path)
+    conn = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True, isolation_level=None,
+                           timeout=default_busy_timeout_ms() / 1000)
+    conn.row_factory = sqlite3.Row
+    try:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if not {"schema_version", "workflows"} <= tables:
+            raise StorageFault(f"{path} is an SQLite file but not a durable_kit journal (it has no workflows table); "
+                               "nothing was changed. Point --db at a journal, or create one with `start`.")
+        row = conn.execute("SELECT version FROM schema_version").fetchone()
+    except sqlite3.DatabaseError as error:
+        conn.close()
+        raise StorageFault(describe_storage_fault(error, path)) from None
+    if row is None or row["version"] != SCHEMA_VERSION:
+        conn.close()
+        raise SchemaMismatch(
+            f"{path} has schema version {row and row['version']}, this durable_kit expects {SCHEMA_VERSION}: "
+            "use a new database file, or the durable_kit version that wrote it.")
+    return conn
+
+
+def _refuse_missing_or_empty(path: Path) -> None:
+    if not path.exists():
+        raise StorageFault(f"{path}: no such journal; nothing was created. Check the path, "
+                           "or create a journal with `start`.")
+    if path.stat().st_size == 0:
+        raise StorageFault(f"{path} is empty (0 bytes), not a journal; nothing was changed. If records of the "
+                           "ledger or a destination beside it matter, restore the journal from a copy; otherwise "
+                           "delete the empty file and `start` again.")
+
+
+def describe_storage_fault(error: BaseException, path: str | Path) -> str:
+    """One line for a person: what the storage fault is, at which path, that nothing was half-written, what to do."""
+    text = str(error)
+    kept = "nothing was half-written (the transaction rolled back)"
+    if "full" in text:
+        return f"{path}: the disk or the file-size limit is full; {kept}. Free space, then run the command again."
+    if "disk I/O error" in text:
+        return (f"{path}: the disk refused a write (a full disk, a file-size limit such as `ulimit -f`, or a failing "
+                f"device); {kept}. Free space or raise the limit, then run the command again.")
+    folder = Path(path).parent
+    cannot_write = Path(path).exists() and not (os.access(path, os.W_OK) and os.access(folder, os.W_OK))
+    if "readonly" in text or "read-only" in text or ("unable to open" in text and cannot_write):
+        return (f"{path} is read-only (its file mode, its folder or its mount); nothing was written. Make it "
+                "writable, then run the command again.")
+    if "locked" in text or "busy" in text:
+        return (f"{path} stayed locked by another process past the busy timeout (a paused or very slow writer); "
+                "nothing was written. Find the process holding it (for example `fuser`), or try again later.")
+    if "not a database" in text or "malformed" in text:
+        return (f"{path} is damaged or is not an SQLite database ({text}); nothing was changed. Restore it from a "
+                "copy, or point --db at the right file.")
+    if "unable to open" in text:
+        return (f"{path} cannot be opened (its folder is missing or not writable); nothing was written. "
+                "Check the path and the folder's permissions.")
+    return f"{path}: storage fault: {text}; {kept}."
 
 
 def beside(db_path: str | Path, name: str) -> Path:
@@ -211,12 +297,12 @@ def immediate(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
 
 def to_json(value: Any, workflow_id: str, step: str | None, what: str,
             outcome: str = "Nothing was written.") -> str:
-    """Encode ``value`` as strict JSON, or raise ``NotJSON`` naming the workflow, step and what follows."""
+    """Encode ``value`` as strict JSON with secrets redacted, or raise ``NotJSON`` naming the workflow and step."""
     # Checked first: json.dumps would silently turn int, float, bool and None keys into strings.
     problem = _describe_json_problem(value)
     if problem is None:
         try:
-            return json.dumps(value, allow_nan=False, sort_keys=True, separators=(",", ":"))
+            return redact(json.dumps(value, allow_nan=False, sort_keys=True, separators=(",", ":")))
         except (TypeError, ValueError) as exc:  # for example a circular reference
             problem = str(exc)
     where = f"workflow {workflow_id!r}" + (f", step {step!r}" if step else "")
@@ -266,8 +352,8 @@ APPEND_EVENT = (
 
 def append_event(conn: sqlite3.Connection, workflow_id: str, step: str | None, event: str,
                  detail: str | None = None) -> None:
-    """Append one event to the workflow's history; the caller's transaction commits it."""
-    conn.execute(APPEND_EVENT, (workflow_id, step, event, detail, os.getpid(), now()))
+    """Append one event to the workflow's history, its detail redacted; the caller's transaction commits it."""
+    conn.execute(APPEND_EVENT, (workflow_id, step, event, redact(detail), os.getpid(), now()))
 
 
 def from_json(text: str | None) -> Any:

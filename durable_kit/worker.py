@@ -107,7 +107,7 @@ def run_worker(db_path: str | Path, *, once: bool = False, until_idle: bool = Fa
                lease_seconds: float = LEASE_SECONDS, leases: bool = True, trust_pids: bool = True,
                log=print) -> int:
     """Run due workflows until SIGTERM (or after one pass, or once nothing is due); return how many runs."""
-    journal = Journal(db_path)
+    journal = Journal(db_path, create=not Path(db_path).exists())  # never re-initialise an empty file
     owner = new_owner()
     if not leases:
         for workflow_id in recover_abandoned(journal, assume_dead=True):

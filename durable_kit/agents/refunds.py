@@ -66,7 +66,7 @@ def approval_reason(order: dict, recommendation: dict, rules: dict) -> str | Non
     return None
 
 
-@workflow("refund", version=VERSIONS["workflow"])
+@workflow("refund", version=VERSIONS["workflow"], inputs={"order_id": str})
 def refund_agent(wf: Workflow) -> dict:
     """One refund request, end to end; the strategy comes from the input."""
     order_id, strategy = wf.input["order_id"], wf.input.get("strategy", "destination_key")

@@ -39,7 +39,7 @@ def research_and_recommend(wf: Workflow, llm: FakeLLM, topic: str) -> tuple[str,
     return topic, findings, analysis, recommendation
 
 
-@workflow("research_report", version="research-report-1")
+@workflow("research_report", version="research-report-1", inputs={"topic": str})
 def research_report(wf: Workflow) -> dict:
     """Replayable from the first line: only ``execute_step`` touches the model."""
     llm = FakeLLM(Ledger.beside(wf.db_path), wf.id)
@@ -48,7 +48,7 @@ def research_report(wf: Workflow) -> dict:
     return {"title": report["title"], "recommendation": recommendation["recommendation"]}
 
 
-@workflow("reviewed_report", version="reviewed-report-1")
+@workflow("reviewed_report", version="reviewed-report-1", inputs={"topic": str})
 def reviewed_report(wf: Workflow) -> dict:
     """The research agent with an approval before the report and a notification after it."""
     llm = FakeLLM(Ledger.beside(wf.db_path), wf.id)

@@ -23,7 +23,7 @@ from ..journal import Journal, Workflow, workflow
 from ..ledger import Ledger
 
 
-@workflow("shared_work")
+@workflow("shared_work", inputs={"steps": int})
 def shared_work(wf: Workflow) -> dict:
     """``steps`` steps, each recorded as it starts and then ``seconds`` long."""
     ledger = Ledger.beside(wf.db_path)

@@ -104,13 +104,21 @@ class Journal:
             if relax:
                 self.conn.execute(f"PRAGMA synchronous = {self.synchronous}")
 
-    def start(self, kind: str, input: dict, workflow_id: str | None = None, retry_budget: int = 10) -> str:
+    def start(self, kind: str, input: dict, workflow_id: str | None = None, retry_budget: int = 10,
+              registered_elsewhere: bool = False) -> str:
         """Create a workflow in status ``pending`` and return its id; starting it again is a no-op.
 
         The same id with the same kind and input returns the existing workflow;
         with a different kind or input it raises ``WorkflowError`` and writes nothing.
-        ``retry_budget`` caps the retries charged across all its steps.
+        ``retry_budget`` caps the retries charged across all its steps. A kind
+        no module in this process registered is refused (a misspelt kind would
+        wait for ever), unless ``registered_elsewhere``: only the workers load it.
         """
+        if kind not in WORKFLOWS and not registered_elsewhere:
+            raise WorkflowError(
+                f"no module in this process registered the workflow kind {kind!r} (known: {sorted(WORKFLOWS)}); "
+                "nothing was started. Import the module that defines it, or pass registered_elsewhere=True if "
+                "only the workers load it.")
         if workflow_id is not None and not workflow_id.strip():
             raise WorkflowError("a workflow id cannot be empty (an unset variable?): an empty id would start a new "
                                 "task every time. Give the id, or leave it out for a random one. Nothing was started.")

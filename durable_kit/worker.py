@@ -75,9 +75,19 @@ def claim_next(journal: Journal, owner: str, lease_seconds: float = LEASE_SECOND
 
 
 def run_due(journal: Journal, log=print, owner: str | None = None, lease_seconds: float = LEASE_SECONDS,
-            leases: bool = True, trust_pids: bool = True) -> int:
-    """One pass: send the outbox, take back abandoned workflows, run each due workflow once; how much was done."""
+            leases: bool = True, trust_pids: bool = True, told: set[str] | None = None) -> int:
+    """One pass: send the outbox, take back abandoned workflows, run each due workflow once; how much was done.
+
+    A due workflow of a kind no module registered here is left for a worker
+    that knows it, and said so once per id in ``told``.
+    """
     owner = owner or new_owner()
+    told = set() if told is None else told
+    for row in journal.conn.execute(f"SELECT id, kind FROM workflows WHERE {DUE} ORDER BY id", (now(),)).fetchall():
+        if row["kind"] not in WORKFLOWS and row["id"] not in told:
+            told.add(row["id"])
+            log(f"{row['id']}: its kind {row['kind']!r} is registered by no module in this worker; left pending "
+                "for a worker that knows it (pass --module FILE)")
     done = dispatch_outbox(journal, log)
     if leases:
         for workflow_id in recover_abandoned(journal, trust_pids=trust_pids):
@@ -114,11 +124,11 @@ def run_worker(db_path: str | Path, *, once: bool = False, until_idle: bool = Fa
             log(f"{workflow_id}: recovered")
     stopping = []
     previous = signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
-    runs, faults_in_a_row = 0, 0
+    runs, faults_in_a_row, told = 0, 0, set()
     try:
         while not stopping:
             try:
-                ran = run_due(journal, log, owner, lease_seconds, leases, trust_pids)
+                ran = run_due(journal, log, owner, lease_seconds, leases, trust_pids, told)
                 faults_in_a_row = 0
             except sqlite3.Error as error:
                 faults_in_a_row += 1

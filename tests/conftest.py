@@ -4,6 +4,7 @@ from __future__ import annotations
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,17 @@ def dump(db_path: Path) -> dict:
 def run_python(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     """Run ``python ARGS`` in a new interpreter from the repository root."""
     return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def wait_until(condition, timeout: float = 20.0, what: str = "condition"):
+    """Poll ``condition`` every 20 ms until it returns something true; return that, or fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def make_due(db_path: Path, workflow_id: str) -> None:

@@ -131,7 +131,7 @@ def test_run_in_child_imports_a_workflow_module_by_path(tmp_path):
     )
     db = tmp_path / "wf.db"
     journal = Journal(db)
-    journal.start("greeting", {"name": "ada"}, "wf-1")
+    journal.start("greeting", {"name": "ada"}, "wf-1", registered_elsewhere=True)
 
     without = run_in_child(db, "wf-1")
     assert without.exit_code != 0

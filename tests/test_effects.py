@@ -40,7 +40,7 @@ def outbox(db: Path) -> list[tuple]:
 def started(db: Path, workflow_id: str = "w1") -> Journal:
     """A journal holding one pending workflow (reservations and history belong to a workflow)."""
     journal = Journal(db)
-    journal.start("test_effects.none", {}, workflow_id)
+    journal.start("test_effects.none", {}, workflow_id, registered_elsewhere=True)
     return journal
 
 
@@ -398,7 +398,7 @@ def probe_worker(tmp_path, db):
 
 def test_a_crash_between_reservation_and_send_loses_the_effect_for_good(db, probe_worker):
     journal = Journal(db)
-    journal.start("probe_at_most_once", {}, "m1")
+    journal.start("probe_at_most_once", {}, "m1", registered_elsewhere=True)
     arm(journal.conn, "before_send:notify", "exit")
 
     crashed = probe_worker()
@@ -420,7 +420,7 @@ def test_a_crash_between_reservation_and_send_loses_the_effect_for_good(db, prob
 
 def test_a_crash_between_send_and_mark_sends_twice_and_the_keyed_destination_keeps_one(db, probe_worker):
     journal = Journal(db)
-    journal.start("probe_outbox", {}, "o1")
+    journal.start("probe_outbox", {}, "o1", registered_elsewhere=True)
     arm(journal.conn, "after_send:notify", "exit")
 
     crashed = probe_worker()

@@ -53,7 +53,7 @@ def test_fail_raises_records_and_is_consumed(db):
 
 def test_fail_after_commit_keeps_the_committed_step(db):
     journal = Journal(db)
-    journal.start("k", {}, "wf-1")
+    journal.start("k", {}, "wf-1", registered_elsewhere=True)
     arm(journal.conn, "after_commit:plan", "fail")
     with pytest.raises(InjectedFailure):
         journal.open("wf-1").execute_step("plan", lambda: {"subtopics": ["a"]})
@@ -65,7 +65,7 @@ def test_fail_after_commit_keeps_the_committed_step(db):
 
 def test_fail_after_activity_loses_the_output_and_the_step_runs_again(db):
     journal = Journal(db)
-    journal.start("k", {}, "wf-1")
+    journal.start("k", {}, "wf-1", registered_elsewhere=True)
     arm(journal.conn, "after_activity:plan", "fail")
     with pytest.raises(InjectedFailure):
         journal.open("wf-1").execute_step("plan", lambda: "first")

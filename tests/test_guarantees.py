@@ -20,7 +20,7 @@ from durable_kit import Journal, arm
 from durable_kit.fakes.payments import Payments
 from durable_kit.journal import run_workflow
 
-from conftest import ROOT, dump, run_python
+from conftest import ROOT, dump, run_python, wait_until
 
 
 def kit(*args: str, expect: int | None = 0, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -33,16 +33,6 @@ def kit(*args: str, expect: int | None = 0, timeout: float = 60) -> subprocess.C
 def popen_kit(*args: str, env: dict | None = None) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "durable_kit", *args], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
-
-
-def wait_until(condition, timeout: float = 20.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def events(db: Path, workflow_id: str) -> list[tuple]:
@@ -241,7 +231,7 @@ def test_a_process_killed_right_after_a_failure_keeps_its_retry_schedule(tmp_pat
     module, db = tmp_path / "limited.py", tmp_path / "journal.db"
     module.write_text(RATE_LIMITED)
     journal = Journal(db)
-    journal.start("rate_limited", {}, "r1")
+    journal.start("rate_limited", {}, "r1", registered_elsewhere=True)
     arm(journal.conn, "after_failure:call", "kill")
     killed = kit("worker", "--db", str(db), "--until-idle", "--module", str(module), expect=None)
     assert killed.returncode == -signal.SIGKILL
@@ -282,7 +272,7 @@ def test_two_dispatchers_sending_one_row_leave_the_first_saved_receipt(tmp_path)
     module, db = tmp_path / "outboxed.py", tmp_path / "journal.db"
     module.write_text(TWO_DISPATCHERS)
     journal = Journal(db)
-    journal.start("outboxed", {}, "o1")
+    journal.start("outboxed", {}, "o1", registered_elsewhere=True)
     kit("run", "--db", str(db), "--workflow", "o1", "--module", str(module))  # enqueues, then waits for the receipt
     arm(journal.conn, "after_send:deliver", "delay", 2.0)
     once = ("worker", "--db", str(db), "--once", "--module", str(module))
@@ -342,7 +332,7 @@ def test_two_unleased_replays_racing_keep_the_first_committed_output(tmp_path):
     module, db = tmp_path / "race.py", tmp_path / "journal.db"
     module.write_text(RACE)
     journal = Journal(db)
-    journal.start("race", {}, "x1")
+    journal.start("race", {}, "x1", registered_elsewhere=True)
     racers = {who: subprocess.Popen([sys.executable, "-c", UNLEASED_RUN, str(db), str(module)], cwd=ROOT,
                                     env={**os.environ, "WHO": who}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                     text=True) for who in ("A", "B")}
@@ -388,7 +378,7 @@ def test_an_owner_whose_lease_lapsed_under_a_held_lock_starts_nothing_until_it_h
     module, db = tmp_path / "three.py", tmp_path / "journal.db"
     module.write_text(THREE_STEPS)
     journal = Journal(db)
-    journal.start("three_steps", {}, "t1")
+    journal.start("three_steps", {}, "t1", registered_elsewhere=True)
     arm(journal.conn, "next_step", "delay", 1.0)  # step one's activity takes a second
     worker = popen_kit("worker", "--db", str(db), "--until-idle", "--lease-seconds", "1", "--expiry-only",
                        "--module", str(module))
@@ -428,7 +418,7 @@ def test_a_lock_held_by_a_paused_process_delays_the_worker_but_loses_nothing(tmp
     module, db = tmp_path / "three.py", tmp_path / "journal.db"
     module.write_text(THREE_STEPS)
     journal = Journal(db)
-    journal.start("three_steps", {}, "t1")
+    journal.start("three_steps", {}, "t1", registered_elsewhere=True)
     arm(journal.conn, "after_activity:two", "delay", 0.5)
     worker = popen_kit("worker", "--db", str(db), "--until-idle", "--module", str(module))
     wait_until(lambda: fired(db, "t1", "after_activity:two"), what="step two's activity to finish")
@@ -465,7 +455,7 @@ def crash_loop(wf):
 def test_a_step_without_a_retry_policy_that_kills_its_process_escalates_after_three_attempts(tmp_path):
     module, db = tmp_path / "loop.py", tmp_path / "journal.db"
     module.write_text(CRASH_LOOP)
-    Journal(db).start("crash_loop", {}, "p1")
+    Journal(db).start("crash_loop", {}, "p1", registered_elsewhere=True)
     worker = ("worker", "--db", str(db), "--until-idle", "--module", str(module))
     exit_codes = [kit(*worker, expect=None).returncode for _ in range(4)]
     assert exit_codes == [13, 13, 13, 0]
@@ -506,7 +496,7 @@ def test_a_crash_mid_fan_out_reruns_only_the_unfinished_branch(tmp_path):
     module, db = tmp_path / "fan.py", tmp_path / "journal.db"
     module.write_text(FAN_OUT)
     journal = Journal(db)
-    journal.start("fan_out", {}, "f1")
+    journal.start("fan_out", {}, "f1", registered_elsewhere=True)
     arm(journal.conn, "after_activity:read:c", "exit")  # c finishes last; a and b are already committed
     crashed = kit("run", "--db", str(db), "--workflow", "f1", "--module", str(module), expect=None)
     assert crashed.returncode == 13
@@ -538,7 +528,7 @@ def test_a_paused_workflow_is_never_due_until_resumed_and_then_reuses_its_steps(
     module, db = tmp_path / "pauses.py", tmp_path / "journal.db"
     module.write_text(PAUSES)
     journal = Journal(db)
-    journal.start("pauses", {}, "p1")
+    journal.start("pauses", {}, "p1", registered_elsewhere=True)
     worker = ("worker", "--db", str(db), "--until-idle", "--module", str(module))
     kit(*worker)
     assert (journal.workflow("p1")["status"], journal.workflow("p1")["next_run_at"]) == ("paused", None)

@@ -54,7 +54,7 @@ def kinds():
 # --- start ---
 
 def test_start_creates_a_pending_workflow(journal):
-    wf_id = journal.start("k", {"topic": "t"}, "wf-1")
+    wf_id = journal.start("k", {"topic": "t"}, "wf-1", registered_elsewhere=True)
     assert wf_id == "wf-1"
     row = journal.workflow("wf-1")
     assert (row["kind"], row["input"], row["status"], row["output"]) == ("k", {"topic": "t"}, "pending", None)
@@ -62,29 +62,36 @@ def test_start_creates_a_pending_workflow(journal):
 
 
 def test_start_without_an_id_makes_distinct_ids(journal):
-    assert journal.start("k", {}) != journal.start("k", {})
+    assert journal.start("k", {}, registered_elsewhere=True) != journal.start("k", {}, registered_elsewhere=True)
 
 
 def test_start_is_idempotent_for_the_same_id_and_input(journal, db):
-    journal.start("k", {"topic": "t", "n": 1}, "wf-1")
+    journal.start("k", {"topic": "t", "n": 1}, "wf-1", registered_elsewhere=True)
     before = dump(db)
-    assert journal.start("k", {"n": 1, "topic": "t"}, "wf-1") == "wf-1"  # key order does not matter
+    assert journal.start("k", {"n": 1, "topic": "t"}, "wf-1", registered_elsewhere=True) == "wf-1"  # key order does not matter
     assert dump(db) == before
 
 
 @pytest.mark.parametrize("kind, data", [("k", {"topic": "other"}), ("other_kind", {"topic": "t"})])
 def test_start_with_a_different_task_raises_and_writes_nothing(journal, db, kind, data):
-    journal.start("k", {"topic": "t"}, "wf-1")
+    journal.start("k", {"topic": "t"}, "wf-1", registered_elsewhere=True)
     before = dump(db)
     with pytest.raises(WorkflowError, match="wf-1"):
-        journal.start(kind, data, "wf-1")
+        journal.start(kind, data, "wf-1", registered_elsewhere=True)
+    assert dump(db) == before
+
+
+def test_start_refuses_a_kind_no_module_registered_and_writes_nothing(journal, db):
+    before = dump(db)
+    with pytest.raises(WorkflowError, match="no module in this process registered the workflow kind 'refnud'"):
+        journal.start("refnud", {"order_id": "A-1001"}, "r1")  # a misspelt kind would wait for ever
     assert dump(db) == before
 
 
 def test_start_with_non_json_input_raises_and_writes_nothing(journal, db):
     before = dump(db)
     with pytest.raises(NotJSON, match="workflow 'wf-1'"):
-        journal.start("k", {"when": datetime.date(2025, 1, 1)}, "wf-1")
+        journal.start("k", {"when": datetime.date(2025, 1, 1)}, "wf-1", registered_elsewhere=True)
     assert dump(db) == before
 
 
@@ -96,7 +103,7 @@ def test_unknown_workflow_id_raises(journal):
 # --- execute_step: run once, replay returns the stored output ---
 
 def test_step_runs_once_and_replay_returns_the_stored_output(journal):
-    journal.start("k", {}, "wf-1")
+    journal.start("k", {}, "wf-1", registered_elsewhere=True)
     first = Counter({"subtopics": ["a", "b"]})
     assert journal.open("wf-1").execute_step("plan", first, {"topic": "t"}) == {"subtopics": ["a", "b"]}
     assert first.runs == 1
@@ -112,7 +119,7 @@ def test_step_runs_once_and_replay_returns_the_stored_output(journal):
 
 def test_replay_sees_steps_completed_by_another_journal_on_the_same_file(db):
     first = Journal(db)
-    first.start("k", {}, "wf-1")
+    first.start("k", {}, "wf-1", registered_elsewhere=True)
     first.open("wf-1").execute_step("plan", Counter([1, 2]))
     replay = Counter("not this")
     assert Journal(db).open("wf-1").execute_step("plan", replay) == [1, 2]
@@ -120,7 +127,7 @@ def test_replay_sees_steps_completed_by_another_journal_on_the_same_file(db):
 
 
 def test_returned_values_are_json_round_tripped_on_first_run_and_replay(journal):
-    journal.start("k", {}, "wf-1")
+    journal.start("k", {}, "wf-1", registered_elsewhere=True)
     value = {"pair": (1, 2), "nested": [("a", 3.5)]}
     first = journal.open("wf-1").execute_step("s", Counter(value))
     again = journal.open("wf-1").execute_step("s", Counter(value))
@@ -129,14 +136,14 @@ def test_returned_values_are_json_round_tripped_on_first_run_and_replay(journal)
 
 
 def test_each_call_returns_a_fresh_copy(journal):
-    journal.start("k", {}, "wf-1")
+    journal.start("k", {}, "wf-1", registered_elsewhere=True)
     first = journal.open("wf-1").execute_step("s", Counter({"items": [1]}))
     first["items"].append(2)  # mutating what a step returned must not change what is stored
     assert journal.open("wf-1").execute_step("s", Counter(None)) == {"items": [1]}
 
 
 def test_history_records_started_completed_and_reused(journal):
-    journal.start("k", {}, "wf-1")
+    journal.start("k", {}, "wf-1", registered_elsewhere=True)
     wf = journal.open("wf-1")
     wf.execute_step("a", Counter(1))
     wf.execute_step("b", Counter(2))
@@ -159,7 +166,7 @@ def test_history_records_started_completed_and_reused(journal):
 
 
 def test_reuse_events_are_written_at_finish(journal):
-    journal.start("k", {}, "wf-1")
+    journal.start("k", {}, "wf-1", registered_elsewhere=True)
     journal.open("wf-1").execute_step("a", Counter(1))
     replay = journal.open("wf-1")
     replay.execute_step("a", Counter(1))
@@ -170,7 +177,7 @@ def test_reuse_events_are_written_at_finish(journal):
 
 
 def test_duplicate_step_name_in_one_run_raises_naming_workflow_and_step(journal):
-    journal.start("k", {}, "wf-1")
+    journal.start("k", {}, "wf-1", registered_elsewhere=True)
     wf = journal.open("wf-1")
     wf.execute_step("research", Counter(1))
     second = Counter(2)
@@ -182,7 +189,7 @@ def test_duplicate_step_name_in_one_run_raises_naming_workflow_and_step(journal)
 
 
 def test_duplicate_name_of_a_reused_step_also_raises(journal):
-    journal.start("k", {}, "wf-1")
+    journal.start("k", {}, "wf-1", registered_elsewhere=True)
     journal.open("wf-1").execute_step("a", Counter(1))
     replay = journal.open("wf-1")
     replay.execute_step("a", Counter(1))
@@ -191,7 +198,7 @@ def test_duplicate_name_of_a_reused_step_also_raises(journal):
 
 
 def test_non_json_step_input_raises_before_anything_is_written(journal, db):
-    journal.start("k", {}, "wf-1")
+    journal.start("k", {}, "wf-1", registered_elsewhere=True)
     wf = journal.open("wf-1")
     wf.execute_step("a", Counter(1))
     replay = journal.open("wf-1")
@@ -206,7 +213,7 @@ def test_non_json_step_input_raises_before_anything_is_written(journal, db):
 
 
 def test_non_json_activity_output_stores_no_output_and_fails_the_step(journal):
-    journal.start("k", {}, "wf-1")
+    journal.start("k", {}, "wf-1", registered_elsewhere=True)
     with pytest.raises(NotJSON) as info:
         journal.open("wf-1").execute_step("score", Counter({"scores": [1.0, float("nan")]}))
     message = str(info.value)
@@ -220,7 +227,7 @@ def test_non_json_activity_output_stores_no_output_and_fails_the_step(journal):
 
 
 def test_failed_activity_is_recorded_and_runs_again_on_replay(journal):
-    journal.start("k", {}, "wf-1")
+    journal.start("k", {}, "wf-1", registered_elsewhere=True)
 
     def flaky():
         raise ConnectionError("provider timed out")
@@ -244,7 +251,7 @@ def test_failed_activity_is_recorded_and_runs_again_on_replay(journal):
 
 def test_a_handle_opened_earlier_adopts_the_output_another_handle_committed(db):
     journal_a, journal_b = Journal(db), Journal(db)
-    journal_a.start("k", {}, "wf-1")
+    journal_a.start("k", {}, "wf-1", registered_elsewhere=True)
     handle_b = journal_b.open("wf-1")  # opened before A completes "x"
     handle_a = journal_a.open("wf-1")
     assert handle_a.execute_step("x", Counter("from A")) == "from A"
@@ -258,7 +265,7 @@ def test_a_handle_opened_earlier_adopts_the_output_another_handle_committed(db):
 
 def test_an_activity_that_finishes_second_does_not_replace_the_first_outcome(db):
     journal_a, journal_b = Journal(db), Journal(db)
-    journal_a.start("k", {}, "wf-1")
+    journal_a.start("k", {}, "wf-1", registered_elsewhere=True)
     handle_b = journal_b.open("wf-1")
 
     def slow_b():
@@ -276,7 +283,7 @@ def test_an_activity_that_finishes_second_does_not_replace_the_first_outcome(db)
 
 def test_run_workflow_with_an_unknown_kind_lists_known_kinds(journal, db, kinds):
     kinds("known_kind", lambda wf: None)
-    journal.start("no_such_kind", {}, "wf-1")
+    journal.start("no_such_kind", {}, "wf-1", registered_elsewhere=True)
     before = dump(db)
     with pytest.raises(WorkflowError) as info:
         run_workflow(journal, "wf-1")
@@ -351,11 +358,11 @@ def test_a_failed_workflow_resumes_from_its_completed_steps(journal, kinds):
 
 def test_journal_keeps_its_synchronous_level_after_a_marker_commit(db):
     journal = Journal(db)
-    journal.start("k", {}, "wf-1")
+    journal.start("k", {}, "wf-1", registered_elsewhere=True)
     journal.open("wf-1").execute_step("a", Counter(1))
     assert journal.conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
 
     relaxed = Journal(db.with_name("normal.db"), synchronous="normal")
-    relaxed.start("k", {}, "wf-1")
+    relaxed.start("k", {}, "wf-1", registered_elsewhere=True)
     relaxed.open("wf-1").execute_step("a", Counter(1))
     assert relaxed.conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL

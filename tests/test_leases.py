@@ -46,7 +46,7 @@ def db_now(conn: sqlite3.Connection) -> float:
 
 def leased(journal: Journal, workflow_id: str = "w", seconds: float = 30.0):
     """A started workflow, a lease on it (token 1) and a replay under that lease."""
-    journal.start("test_leases.none", {}, workflow_id)
+    journal.start("test_leases.none", {}, workflow_id, registered_elsewhere=True)
     lease = grant(journal.conn, workflow_id, new_owner(), seconds)
     assert lease.token == 1
     return journal.open(workflow_id, lease)
@@ -93,7 +93,7 @@ def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
 
 def test_grant_marks_running_with_owner_and_an_expiry_by_the_database_clock(db, monkeypatch):
     journal = Journal(db)
-    journal.start("test_leases.none", {}, "w")
+    journal.start("test_leases.none", {}, "w", registered_elsewhere=True)
     # A process whose own clock is an hour fast: the expiry still follows the database's clock.
     monkeypatch.setattr(durable_kit.leases, "now", lambda: time.time() + 3600)
     lease = grant(journal.conn, "w", "me:1:aaaaaa", 5.0)
@@ -107,7 +107,7 @@ def test_grant_marks_running_with_owner_and_an_expiry_by_the_database_clock(db, 
 
 def test_every_grant_and_every_revocation_bumps_the_token_by_one(db):
     journal = Journal(db)
-    journal.start("test_leases.none", {}, "w")
+    journal.start("test_leases.none", {}, "w", registered_elsewhere=True)
     tokens = [grant(journal.conn, "w", "a:1:x").token]
     tokens.append(grant(journal.conn, "w", "b:1:x", only_if_due=False).token)  # a re-grant fences out a
     tokens.append(grant(journal.conn, "w", "b:1:x", only_if_due=False).token)  # even to the same owner
@@ -123,7 +123,7 @@ def test_every_grant_and_every_revocation_bumps_the_token_by_one(db):
     ids=["future-run-time", "waits-for-a-person", "complete", "running", "failed", "escalated"])
 def test_grant_only_if_due_refuses_a_workflow_that_is_not_due_and_changes_nothing(db, status, next_run_at):
     journal = Journal(db)
-    journal.start("test_leases.none", {}, "w")
+    journal.start("test_leases.none", {}, "w", registered_elsewhere=True)
     run_at = time.time() + 3600 if next_run_at == "future" else next_run_at
     journal.conn.execute("UPDATE workflows SET status = ?, next_run_at = ? WHERE id = 'w'", (status, run_at))
     before = dump(db)
@@ -138,7 +138,7 @@ def test_grant_only_if_due_refuses_a_workflow_that_is_not_due_and_changes_nothin
 
 def test_grant_takes_a_waiting_workflow_whose_timer_ended_and_refuses_an_unknown_id(db):
     journal = Journal(db)
-    journal.start("test_leases.none", {}, "w")
+    journal.start("test_leases.none", {}, "w", registered_elsewhere=True)
     journal.conn.execute("UPDATE workflows SET status = 'waiting', next_run_at = ? WHERE id = 'w'", (time.time() - 1,))
     assert grant(journal.conn, "w", "me:1:x").token == 1
     assert grant(journal.conn, "nobody", "me:1:x") is None
@@ -306,7 +306,7 @@ def test_run_workflow_takes_a_lease_itself_and_releases_it(db, kinds):
 
 def test_renew_pushes_the_expiry_and_refuses_a_stale_lease(db):
     journal = Journal(db)
-    journal.start("test_leases.none", {}, "w")
+    journal.start("test_leases.none", {}, "w", registered_elsewhere=True)
     lease = grant(journal.conn, "w", "me:1:x", 5.0)
     journal.conn.execute(f"UPDATE workflows SET lease_expires_at = {DB_NOW} + 1 WHERE id = 'w'")
     assert renew(journal.conn, lease) is True
@@ -321,7 +321,7 @@ def test_renew_pushes_the_expiry_and_refuses_a_stale_lease(db):
 
 def test_release_clears_owner_and_expiry_only_for_the_current_token(db):
     journal = Journal(db)
-    journal.start("test_leases.none", {}, "w")
+    journal.start("test_leases.none", {}, "w", registered_elsewhere=True)
     old = grant(journal.conn, "w", "old:1:x")
     current = grant(journal.conn, "w", THIEF, only_if_due=False)
     before = dump(db)
@@ -334,7 +334,7 @@ def test_release_clears_owner_and_expiry_only_for_the_current_token(db):
 
 def test_a_heartbeat_keeps_a_short_lease_alive(db):
     journal, other = Journal(db), Journal(db)
-    journal.start("test_leases.none", {}, "w")
+    journal.start("test_leases.none", {}, "w", registered_elsewhere=True)
     lease = grant(journal.conn, "w", new_owner(), 0.3)
     first_expiry = lease_row(journal.conn)["lease_expires_at"]
     with Heartbeat(db, lease) as heartbeat:
@@ -349,7 +349,7 @@ def test_a_heartbeat_keeps_a_short_lease_alive(db):
 
 def test_a_heartbeat_notices_a_takeover_and_stops_renewing(db):
     journal, thief = Journal(db), Journal(db)
-    journal.start("test_leases.none", {}, "w")
+    journal.start("test_leases.none", {}, "w", registered_elsewhere=True)
     lease = grant(journal.conn, "w", new_owner(), 0.3)
     with Heartbeat(db, lease) as heartbeat:
         grant(thief.conn, "w", THIEF, 60.0, only_if_due=False)
@@ -367,7 +367,7 @@ def test_a_heartbeat_notices_a_takeover_and_stops_renewing(db):
 
 def test_an_expired_lease_is_revoked(db):
     journal = Journal(db)
-    journal.start("test_leases.none", {}, "w")
+    journal.start("test_leases.none", {}, "w", registered_elsewhere=True)
     grant(journal.conn, "w", new_owner(), 0.1)  # this process: alive, so only the expiry can count
     assert revoke_abandoned(journal.conn) == []
     time.sleep(0.15)
@@ -382,7 +382,7 @@ def test_an_expired_lease_is_revoked(db):
 def test_a_live_owner_with_an_unexpired_lease_is_left_alone(db):
     journal = Journal(db)
     for workflow_id in ("w", "other-host"):
-        journal.start("test_leases.none", {}, workflow_id)
+        journal.start("test_leases.none", {}, workflow_id, registered_elsewhere=True)
     grant(journal.conn, "w", new_owner(), 30)
     grant(journal.conn, "other-host", f"not-{socket.gethostname()}:{dead_pid()}:abcdef", 30)
     before = dump(db)
@@ -393,7 +393,7 @@ def test_a_live_owner_with_an_unexpired_lease_is_left_alone(db):
 
 def test_an_owner_whose_process_is_gone_is_revoked_at_once_unless_pids_are_not_trusted(db):
     journal = Journal(db)
-    journal.start("test_leases.none", {}, "w")
+    journal.start("test_leases.none", {}, "w", registered_elsewhere=True)
     grant(journal.conn, "w", f"{machine()}:{dead_pid()}:abcdef", 30)
     before = dump(db)
     assert revoke_abandoned(journal.conn, trust_pids=False) == []
@@ -408,7 +408,7 @@ def test_an_owner_whose_process_is_gone_is_revoked_at_once_unless_pids_are_not_t
 def test_assume_dead_revokes_every_running_workflow_and_nothing_else(db):
     journal = Journal(db)
     for workflow_id in ("a", "b", "c", "d"):
-        journal.start("test_leases.none", {}, workflow_id)
+        journal.start("test_leases.none", {}, workflow_id, registered_elsewhere=True)
     grant(journal.conn, "a", new_owner(), 30)
     grant(journal.conn, "b", THIEF, 30)
     journal.conn.execute("UPDATE workflows SET status = 'complete' WHERE id = 'c'")
@@ -420,7 +420,7 @@ def test_assume_dead_revokes_every_running_workflow_and_nothing_else(db):
 
 def test_a_running_workflow_with_no_owner_counts_as_expired(db):
     journal = Journal(db)
-    journal.start("test_leases.none", {}, "w")
+    journal.start("test_leases.none", {}, "w", registered_elsewhere=True)
     journal.conn.execute("UPDATE workflows SET status = 'running' WHERE id = 'w'")
     assert revoke_abandoned(journal.conn) == [("w", "its lease expired")]
 
@@ -463,7 +463,7 @@ def test_a_killed_owner_not_yet_collected_by_its_parent_counts_as_gone():
 
 def test_looking_for_abandoned_workflows_takes_no_lock_when_there_are_none(db):
     journal = Journal(db)
-    journal.start("test_leases.none", {}, "w")
+    journal.start("test_leases.none", {}, "w", registered_elsewhere=True)
     grant(journal.conn, "w", new_owner(), 30)
     conn = connect(db, busy_timeout_ms=50)
     statements = []
@@ -488,7 +488,7 @@ def test_claim_next_takes_the_soonest_due_workflow_of_a_known_kind(db, kinds):
             ("unknown", "pending", at - 100, "test_leases.nobody_registered"),
             ("future", "pending", at + 3600, kind), ("person", "waiting", None, kind),
             ("timer", "waiting", at - 1, kind), ("done", "complete", 0, kind), ("busy", "running", 0, kind)]:
-        journal.start(of_kind, {}, workflow_id)
+        journal.start(of_kind, {}, workflow_id, registered_elsewhere=True)
         journal.conn.execute("UPDATE workflows SET status = ?, next_run_at = ? WHERE id = ?",
                              (status, run_at, workflow_id))
     claimed = []

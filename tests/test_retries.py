@@ -157,7 +157,7 @@ def test_jitter_stays_within_half_to_full_delay():
 
 def test_decide_is_pure(db):
     journal = Journal(db)
-    journal.start("k", {}, "wf-1")
+    journal.start("k", {}, "wf-1", registered_elsewhere=True)
     before = dump(db)
     for error in (Transient("a"), PolicyDenied("b"), AmbiguousEffect("c"), InvalidRequest("d"), ValueError("e")):
         decide(error, 1, FAST, 10)
@@ -531,7 +531,7 @@ def test_a_retry_replays_completed_steps_without_running_them(journal, kinds):
 # --- faults: next_step fail and delay ---
 
 def test_next_step_fail_raises_an_injected_transient_failure_once(journal):
-    journal.start("k", {}, "wf-1")
+    journal.start("k", {}, "wf-1", registered_elsewhere=True)
     arm(journal.conn, "next_step", "fail")
     activity = Script("done")
     with pytest.raises(InjectedFailure, match="next_step"):
@@ -563,7 +563,7 @@ def test_next_step_fail_under_a_retry_policy_schedules_a_retry(journal, one_step
 
 
 def test_next_step_delay_sleeps_then_the_step_runs(journal):
-    journal.start("k", {}, "wf-1")
+    journal.start("k", {}, "wf-1", registered_elsewhere=True)
     arm(journal.conn, "next_step", "delay", 0.1)
     assert journal.conn.execute("SELECT seconds FROM faults WHERE point = 'next_step'").fetchone()[0] == 0.1
     activity = Script("done")

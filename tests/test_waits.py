@@ -352,7 +352,7 @@ def test_a_timer_holds_no_process_and_fires_in_a_later_worker(tmp_path, journal)
         assert done.returncode == 0, done.stderr
         return done.stdout.splitlines()
 
-    journal.start("test_waits.cooling", {}, "t1")
+    journal.start("test_waits.cooling", {}, "t1", registered_elsewhere=True)
     assert worker() == ["t1: waiting", "worker stopped"]
     (wait,) = waits(journal, "t1")
     assert wait["wake_at"] > time.time()

@@ -218,7 +218,7 @@ def test_the_inspector_follows_a_workflow_run_by_a_worker_in_another_process(db,
     module = tmp_path / "live.py"
     module.write_text(LIVE)
     journal = Journal(db)
-    journal.start("widget_live", {}, "l1")
+    journal.start("widget_live", {}, "l1", registered_elsewhere=True)
     inspector = widgets.WorkflowInspector(db, "l1", every=0.05)
     assert inspector.summary.value == "<p><b>l1 (widget_live): pending</b></p>"
     inspector.follow.value = True  # what clicking Follow does

@@ -16,7 +16,7 @@ from durable_kit import Journal, Ledger, arm
 from durable_kit.retries import PolicyDenied, RateLimited, RetryPolicy, Transient
 from durable_kit.worker import claim, due_workflows, recover_abandoned, run_due, run_worker
 
-from conftest import ROOT, make_due, run_python
+from conftest import ROOT, make_due, run_python, wait_until
 
 TOPIC = "supplier concentration risk"
 STEPS = 7  # plan, three subtopics, analyze, recommend, report: one model call each
@@ -34,13 +34,7 @@ def popen_worker(db: Path, *extra: str) -> subprocess.Popen:
 
 
 def wait_for(condition, timeout: float = 15.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+    return wait_until(condition, timeout, what)
 
 
 def steps(journal: Journal, workflow_id: str) -> dict:
@@ -365,11 +359,14 @@ def test_sigterm_stops_an_idle_worker_cleanly(tmp_path):
 
 def test_a_workflow_of_an_unknown_kind_is_left_pending_for_a_worker_that_knows_it(db):
     journal = Journal(db)
-    journal.start("test_worker.kind_nobody_registered", {}, "wf-1")
+    journal.start("test_worker.kind_nobody_registered", {}, "wf-1", registered_elsewhere=True)
     log = []
     assert run_due(journal, log.append) == 0
     assert run_worker(db, until_idle=True, log=log.append) == 0  # idle: it does not spin on it
     assert journal.workflow("wf-1")["status"] == "pending"
+    said = ("wf-1: its kind 'test_worker.kind_nobody_registered' is registered by no module in this worker; "
+            "left pending for a worker that knows it (pass --module FILE)")
+    assert log == [said, said, "worker stopped"]  # once per pass of run_due, once per worker
 
 
 CRASH_EVERY_TIME = """
@@ -388,7 +385,7 @@ def crash_every_time(wf):
 def test_a_step_that_kills_its_process_every_time_escalates_after_max_attempts(tmp_path):
     module, db = tmp_path / "poison.py", tmp_path / "journal.db"
     module.write_text(CRASH_EVERY_TIME)
-    Journal(db).start("crash_every_time", {}, "p1")
+    Journal(db).start("crash_every_time", {}, "p1", registered_elsewhere=True)
     worker = ("-m", "durable_kit", "worker", "--db", str(db), "--until-idle", "--module", str(module))
     exit_codes = [run_python(*worker).returncode for _ in range(4)]
 

@@ -190,7 +190,7 @@ def final_answer(state: LoopState, summary: str) -> dict:
             "user_input": list(state.run["user_input"])}
 
 
-@workflow("agent_loop", inputs={"case": str})
+@workflow("agent_loop", version="agent-loop-1", inputs={"case": str})
 def agent_loop(wf: Workflow) -> dict:
     """Turn after turn: rebuild the input from saved state, ask the model (a step), run its tool (steps)."""
     case = load_case(wf.input["case"])

@@ -140,7 +140,7 @@ def check_execute_step(execute_step: Callable) -> None:
 def _execute_step_problem(execute_step: Callable, db: Path) -> str | None:
     journal = Journal(db)
     try:
-        journal.start("exercise", {"topic": "t"}, "exercise-1")
+        journal.start("exercise", {"topic": "t"}, "exercise-1", registered_elsewhere=True)  # never run as a whole
         runs = []
 
         def activity() -> dict:

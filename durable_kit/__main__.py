@@ -18,7 +18,6 @@ def load_module(name: str) -> None:
     put first on ``sys.path`` so its sibling imports work; ``my_agents.travel``
     imports an installed or importable module.
     """
-    import importlib
 
     path = Path(name)
     if path.suffix != ".py" and not path.exists():
@@ -349,6 +348,16 @@ def seconds(minimum: float = 0.0):
     return parse
 
 
+def workflow_command(commands, name: str, help_text: str, handler) -> argparse.ArgumentParser:
+    """A subcommand about one workflow: ``--db``, ``--workflow`` and ``--json``, then its own options."""
+    command = commands.add_parser(name, help=help_text)
+    command.add_argument("--db", required=True, help="journal database file")
+    command.add_argument("--workflow", required=True, help="workflow id")
+    command.add_argument("--json", action="store_true", help="print JSON")
+    command.set_defaults(handler=handler)
+    return command
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m durable_kit", description="A small durable executor on SQLite.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -371,72 +380,41 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument("--json", action="store_true")
     start.set_defaults(handler=cmd_start)
 
-    status = commands.add_parser("status", help="a workflow's status and its steps table")
-    status.add_argument("--db", required=True)
-    status.add_argument("--workflow", required=True)
-    status.add_argument("--json", action="store_true")
-    status.set_defaults(handler=cmd_status)
-
-    history = commands.add_parser("history", help="a workflow's append-only event history")
-    history.add_argument("--db", required=True)
-    history.add_argument("--workflow", required=True)
-    history.add_argument("--json", action="store_true")
-    history.set_defaults(handler=cmd_history)
+    workflow_command(commands, "status", "a workflow's status and its steps table", cmd_status)
+    workflow_command(commands, "history", "a workflow's append-only event history", cmd_history)
 
     for name, help_text in [("approve", "approve the recommendation a workflow waits on"),
                             ("reject", "reject it: the workflow ends as rejected, with no report")]:
-        decide = commands.add_parser(name, help=help_text)
-        decide.add_argument("--db", required=True)
-        decide.add_argument("--workflow", required=True)
+        decide = workflow_command(commands, name, help_text, cmd_decide)
         decide.add_argument("--by", required=True, help="who decides (saved with the decision)")
         decide.add_argument("--comment", default="", help="why (optional)")
         decide.add_argument("--wait", help="the approval wait you decide (see `status`); needed once a workflow "
                                            "has had more than one, so a repeated command never decides a later one")
-        decide.add_argument("--json", action="store_true")
-        decide.set_defaults(handler=cmd_decide)
 
-    answer = commands.add_parser("answer", help="answer the clarifying question a workflow waits on")
-    answer.add_argument("--db", required=True)
-    answer.add_argument("--workflow", required=True)
+    answer = workflow_command(commands, "answer", "answer the clarifying question a workflow waits on", cmd_decide)
     answer.add_argument("--text", required=True, help="the answer")
     answer.add_argument("--by", required=True, help="who answers")
     answer.add_argument("--wait", help="the question you answer (see `status`); needed once a workflow has asked "
                                        "more than one")
-    answer.add_argument("--json", action="store_true")
-    answer.set_defaults(handler=cmd_decide)
 
-    cancel = commands.add_parser("cancel", help="cancel a workflow: it stops at its next step and undoes its effects")
-    cancel.add_argument("--db", required=True)
-    cancel.add_argument("--workflow", required=True)
+    cancel = workflow_command(commands, "cancel", "cancel a workflow: it stops at its next step and undoes its "
+                                                  "effects", cmd_cancel)
     cancel.add_argument("--by", required=True, help="who cancels (saved in the history)")
     cancel.add_argument("--reason", required=True, help="why")
-    cancel.add_argument("--json", action="store_true")
-    cancel.set_defaults(handler=cmd_cancel)
 
-    fork = commands.add_parser("fork", help="start a new workflow from another's completed steps up to one step")
-    fork.add_argument("--db", required=True)
-    fork.add_argument("--workflow", required=True, help="the workflow to fork from (left unchanged)")
+    fork = workflow_command(commands, "fork", "start a new workflow from another's completed steps up to one step "
+                                              "(the original is left unchanged)", cmd_fork)
     fork.add_argument("--up-to", required=True, help="the last completed step the fork reuses")
     fork.add_argument("--new-id", required=True, help="the new workflow's id")
     fork.add_argument("--by", required=True, help="who forks it (saved in the history)")
     fork.add_argument("--input", help="a new input as JSON (default: the original's)")
     fork.add_argument("--module", help="a Python file that registers more workflows")
-    fork.add_argument("--json", action="store_true")
-    fork.set_defaults(handler=cmd_fork)
 
-    purge = commands.add_parser("purge", help="delete one finished workflow's stored data and rewrite the file")
-    purge.add_argument("--db", required=True)
-    purge.add_argument("--workflow", required=True)
-    purge.add_argument("--json", action="store_true")
-    purge.set_defaults(handler=cmd_purge)
+    workflow_command(commands, "purge", "delete one finished workflow's stored data and rewrite the file", cmd_purge)
 
-    resume = commands.add_parser("resume", help="resume a paused, failed or blocked workflow from its last "
-                                                "completed step")
-    resume.add_argument("--db", required=True)
-    resume.add_argument("--workflow", required=True)
+    resume = workflow_command(commands, "resume", "resume a paused, failed or blocked workflow from its last "
+                                                  "completed step", cmd_resume)
     resume.add_argument("--by", required=True, help="who resumes it (saved in the history)")
-    resume.add_argument("--json", action="store_true")
-    resume.set_defaults(handler=cmd_resume)
 
     worker = commands.add_parser("worker", help="claim due workflows and run them; SIGTERM stops it cleanly")
     worker.add_argument("--db", required=True)

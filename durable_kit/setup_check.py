@@ -6,7 +6,6 @@ start a child process and SIGKILL it, ...) and reports one line: ``ok`` or
 """
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import signal

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .store import beside, connect_outside, now
+from .store import OutsideWorld, beside, connect_outside, now
 
 LEDGER_SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (
@@ -31,7 +31,7 @@ def ledger_path(db_path: str | Path) -> Path:
     return beside(db_path, "calls")
 
 
-class Ledger:
+class Ledger(OutsideWorld):
     """Append-only record of external calls; each ``record`` commits on its own."""
 
     def __init__(self, path: str | Path):
@@ -71,5 +71,3 @@ class Ledger:
         return {"input_tokens": sum(r["input_tokens"] for r in rows),
                 "output_tokens": sum(r["output_tokens"] for r in rows)}
 
-    def close(self) -> None:
-        self.conn.close()

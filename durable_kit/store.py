@@ -268,6 +268,26 @@ def connect_outside(path: str | Path, schema: str) -> sqlite3.Connection:
     return conn
 
 
+class OutsideWorld:
+    """A part of the outside world with a file of its own (``self.conn``, from ``connect_outside``).
+
+    Its connection closes when the object is dropped, not at some later
+    garbage collection: an sqlite3 connection sits in a reference cycle of its
+    own (its statement cache), so a dropped one would hold its file open until
+    a full collection, and a long-running worker would gather open files.
+    """
+
+    conn: sqlite3.Connection
+
+    def close(self) -> None:
+        """Close the connection (again is harmless)."""
+        if getattr(self, "conn", None) is not None:
+            self.conn.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+
 BEGIN_ATTEMPTS = 4
 
 

@@ -395,3 +395,24 @@ def test_a_step_that_kills_its_process_every_time_escalates_after_max_attempts(t
     assert wf["status"] == "escalated"
     assert wf["error"] == "Crashed on attempt 3 of 3: the process died during the attempt"
     assert steps(journal, "p1")["poison"]["attempts"] == 3
+
+
+COUNT_FILES = """
+import os, sys
+import durable_kit.agents
+from durable_kit.agents.shared_work import start_work
+from durable_kit.worker import run_worker
+start_work(sys.argv[1], 300, 1, 0)
+before = len(os.listdir('/proc/self/fd'))
+run_worker(sys.argv[1], until_idle=True, log=lambda message: None)
+print(before, len(os.listdir('/proc/self/fd')))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="counts open files in /proc")
+def test_a_worker_running_hundreds_of_workflows_keeps_no_files_open_behind_them(tmp_path):
+    done = run_python("-c", COUNT_FILES, str(tmp_path / "journal.db"))
+    assert done.returncode == 0, done.stderr
+    before, after = map(int, done.stdout.split())
+    # The worker's own journal (file, log, index) may stay open; nothing per workflow does.
+    assert after - before <= 3, (before, after)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..store import beside, connect_outside, immediate, now
+from ..store import OutsideWorld, beside, connect_outside, immediate, now
 
 NOTIFIER_SCHEMA = """
 CREATE TABLE IF NOT EXISTS requests (
@@ -32,7 +32,7 @@ def notifier_path(db_path: str | Path) -> Path:
     return beside(db_path, "notify")
 
 
-class Notifier:
+class Notifier(OutsideWorld):
     """Delivers messages and commits each delivery before returning; deduplicates by key if asked."""
 
     def __init__(self, path: str | Path, dedupe: bool = False):
@@ -71,5 +71,3 @@ class Notifier:
         """How many send requests reached the service, including repeats it deduplicated."""
         return self.conn.execute("SELECT COUNT(*) FROM requests").fetchone()[0]
 
-    def close(self) -> None:
-        self.conn.close()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..store import beside, connect_outside, immediate, now
+from ..store import OutsideWorld, beside, connect_outside, immediate, now
 
 PAYMENTS_SCHEMA = """
 CREATE TABLE IF NOT EXISTS requests (
@@ -50,7 +50,7 @@ def payments_path(db_path: str | Path) -> Path:
     return beside(db_path, "payments")
 
 
-class Payments:
+class Payments(OutsideWorld):
     """Issues refunds and counts every request it receives."""
 
     def __init__(self, path: str | Path, accepts_keys: bool = True):
@@ -113,5 +113,3 @@ class Payments:
         """How many refund requests reached the service, including repeats it deduplicated."""
         return self.conn.execute("SELECT COUNT(*) FROM requests").fetchone()[0]
 
-    def close(self) -> None:
-        self.conn.close()

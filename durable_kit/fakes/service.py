@@ -23,7 +23,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..store import beside, connect_outside, immediate, now
+from ..store import OutsideWorld, beside, connect_outside, immediate, now
 
 SERVICE_SCHEMA = """
 CREATE TABLE IF NOT EXISTS requests (
@@ -56,7 +56,7 @@ class StaleToken(ValueError):
     """A request carried a lower fencing token than one already seen; nothing was done."""
 
 
-class FakeService:
+class FakeService(OutsideWorld):
     """A destination that records every request and every effect in its own file; see the subclasses."""
 
     name = "service"
@@ -139,8 +139,6 @@ class FakeService:
         """How many requests reached the service, including repeats a keyed service deduplicated."""
         return self.conn.execute("SELECT COUNT(*) FROM requests").fetchone()[0]
 
-    def close(self) -> None:
-        self.conn.close()
 
 
 class KeyedService(FakeService):

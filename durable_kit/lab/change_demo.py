@@ -149,11 +149,11 @@ def destination_rows(db: str | Path, booking: str | None = None) -> list[dict]:
         path = beside(db, service.name)
         if not path.exists():  # never contacted: opening it would create it
             continue
-        conn = service(path).conn
+        opened = service(path)
         try:
-            rows += _count(conn, booking, service.name)
+            rows += _count(opened.conn, booking, service.name)
         finally:
-            conn.close()
+            opened.close()
     return rows
 
 

@@ -113,10 +113,7 @@ def cancel(journal: "Journal", workflow_id: str, by: str, reason: str) -> dict:
     if not by.strip() or not reason.strip():
         raise WorkflowError(f"workflow {workflow_id!r}: say who cancels and why; nothing was changed.")
     with immediate(journal.conn):
-        row = journal.conn.execute("SELECT status, cancel_requested FROM workflows WHERE id = ?",
-                                   (workflow_id,)).fetchone()
-        if row is None:
-            raise WorkflowError(f"no workflow {workflow_id!r} in {journal.path.name}; check the id.")
+        row = journal.row_for_update(workflow_id)
         if row["status"] in FINAL_STATUSES:
             raise WorkflowError(f"workflow {workflow_id!r} is already {row['status']}; nothing was changed.")
         if row["cancel_requested"] is None:
@@ -142,9 +139,7 @@ def fork(journal: "Journal", workflow_id: str, new_id: str, up_to: str, by: str,
     """
     conn = journal.conn
     with immediate(conn):
-        original = conn.execute("SELECT * FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
-        if original is None:
-            raise WorkflowError(f"no workflow {workflow_id!r} in {journal.path.name}; check the id.")
+        original = journal.row_for_update(workflow_id)
         if conn.execute("SELECT 1 FROM workflows WHERE id = ?", (new_id,)).fetchone():
             raise WorkflowError(f"workflow {new_id!r} already exists; pick a new id for the fork. Nothing was changed.")
         last = conn.execute("SELECT position, completed_at FROM steps WHERE workflow_id = ? AND name = ?"

@@ -161,6 +161,13 @@ class Journal:
         rows = self.conn.execute("SELECT * FROM history WHERE workflow_id = ? ORDER BY seq", (workflow_id,))
         return [dict(r) for r in rows]
 
+    def row_for_update(self, workflow_id: str):
+        """Inside the caller's write transaction: the workflow's stored row, or ``WorkflowError`` naming the id."""
+        row = self.conn.execute("SELECT * FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
+        if row is None:
+            raise WorkflowError(f"no workflow {workflow_id!r} in {self.path.name}; check the id.")
+        return row
+
     def open(self, workflow_id: str, lease: Lease | None = None, heartbeat: Heartbeat | None = None) -> "Workflow":
         """Begin one replay under ``lease``: read the workflow and its completed outputs once."""
         return Workflow(self, self.workflow(workflow_id), lease, heartbeat)
@@ -173,9 +180,7 @@ class Journal:
         status is refused with a ``WorkflowError`` and nothing changes. Returns the row.
         """
         with immediate(self.conn):
-            row = self.conn.execute("SELECT status FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
-            if row is None:
-                raise WorkflowError(f"no workflow {workflow_id!r} in {self.path.name}: check the id.")
+            row = self.row_for_update(workflow_id)
             if row["status"] not in ("paused", "failed", "blocked"):
                 raise WorkflowError(
                     f"workflow {workflow_id!r} is {row['status']!r}, not paused, failed or blocked; nothing was "
@@ -198,9 +203,7 @@ class Journal:
         """
         counts = {}
         with immediate(self.conn):
-            row = self.conn.execute("SELECT status FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
-            if row is None:
-                raise WorkflowError(f"no workflow {workflow_id!r} in {self.path.name}; check the id.")
+            row = self.row_for_update(workflow_id)
             if row["status"] not in FINAL_STATUSES:
                 raise WorkflowError(f"workflow {workflow_id!r} is {row['status']!r}, not finished; only a finished "
                                     "workflow can be purged. Cancel it first. Nothing was changed.")
@@ -222,7 +225,6 @@ class Journal:
     def _event(self, workflow_id: str, step: str | None, event: str, detail: str | None = None) -> None:
         # Callers hold a transaction: the event commits with the state change it describes.
         append_event(self.conn, workflow_id, step, event, detail)
-
 
 
 class Workflow:
@@ -477,10 +479,7 @@ class Workflow:
                 for future in as_completed(futures):  # commit each branch as it finishes, in this thread
                     name = futures[future]
                     try:
-                        output_json = to_json(future.result(), self.id, name, "activity's output",
-                                              "The output was not stored; the step runs again on the next replay.")
-                        if f"after_activity:{name}" in started[name]:
-                            trip(self.conn, f"after_activity:{name}", self.id)
+                        output_json = self._encode_output(name, future.result(), started[name])
                     except Exception as error:
                         self._record_attempt_failure(name, error)
                         first_error = first_error or error
@@ -605,6 +604,10 @@ class Workflow:
         if "next_step" in armed:
             trip(self.conn, "next_step", self.id)
         result = activity() if timeout is None else change.within(timeout, activity, self.id, name)
+        return self._encode_output(name, result, armed)
+
+    def _encode_output(self, name: str, result: Any, armed: set[str]) -> str:
+        """An activity's result as JSON, not yet stored; then the ``after_activity`` point, if armed."""
         output_json = to_json(result, self.id, name, "activity's output",
                               "The output was not stored; the step runs again on the next replay.")
         if f"after_activity:{name}" in armed:

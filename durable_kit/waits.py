@@ -138,9 +138,7 @@ def _decide(journal: "Journal", workflow_id: str, wait: str | None, kind: str, d
         raise WorkflowError(f"workflow {workflow_id!r}: say who decides (a name); nothing was changed.")
     conn = journal.conn
     with immediate(conn):
-        workflow = conn.execute("SELECT status FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
-        if workflow is None:
-            raise WorkflowError(f"no workflow {workflow_id!r} in {journal.path.name}; check the id.")
+        workflow = journal.row_for_update(workflow_id)
         name = wait if wait is not None else _only_wait(conn, workflow_id, kind, workflow["status"])
         row = conn.execute("SELECT * FROM waits WHERE workflow_id = ? AND name = ?", (workflow_id, name)).fetchone()
         if row is not None and row["status"] == "waiting" and row["wake_at"] is not None and row["wake_at"] <= now():
@@ -153,9 +151,9 @@ def _decide(journal: "Journal", workflow_id: str, wait: str | None, kind: str, d
         if row["status"] == "resolved":
             first = from_json(row["decision"])
             if first.get("timed_out"):
-                at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(first["deadline"]))
                 raise DecisionConflict(
-                    f"workflow {workflow_id!r}, wait {name!r}: its deadline passed at {at}, before this decision; "
+                    f"workflow {workflow_id!r}, wait {name!r}: its deadline passed at {_utc(first['deadline'])}, "
+                    "before this decision; "
                     "the workflow went on without it and nothing was saved.")
             if first[deciding_field] != decision[deciding_field]:
                 raise DecisionConflict(
@@ -195,8 +193,12 @@ def describe_outcome(workflow_id: str, result: dict) -> str:
     decided = {k: v for k, v in result.items() if k not in ("wait", "saved", "decided_at")}
     if result["saved"]:
         return f"{workflow_id}, wait {result['wait']!r}: saved: {_describe(decided)}"
-    at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(result["decided_at"]))
-    return f"{workflow_id}, wait {result['wait']!r}: already {_event_name(decided)} by {decided['by']} at {at}; nothing saved"
+    return (f"{workflow_id}, wait {result['wait']!r}: already {_event_name(decided)} by {decided['by']} "
+            f"at {_utc(result['decided_at'])}; nothing saved")
+
+
+def _utc(at: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at))
 
 
 def _event_name(decision: dict) -> str:

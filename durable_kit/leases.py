@@ -38,6 +38,7 @@ import os
 import socket
 import sqlite3
 import threading
+import time
 import uuid
 from dataclasses import dataclass
 from functools import lru_cache
@@ -128,7 +129,11 @@ def grant(conn: sqlite3.Connection, workflow_id: str, owner: str, seconds: float
 
 def grant_in_transaction(conn: sqlite3.Connection, workflow_id: str, owner: str, seconds: float,
                          only_if_due: bool = True) -> Lease | None:
-    """``grant``, inside the caller's ``BEGIN IMMEDIATE`` transaction."""
+    """``grant``, inside the caller's ``BEGIN IMMEDIATE`` transaction.
+
+    The same commit records that a replay starts (``replay_started``, with how
+    many completed steps are on record): the lease exists to replay the workflow.
+    """
     sql = (f"UPDATE workflows SET status = 'running', owner = ?, lease_expires_at = {DB_NOW} + ?,"
            " fencing_token = fencing_token + 1, updated_at = ? WHERE id = ?")
     sql += f" AND status NOT IN ({', '.join('?' * len(FINAL_STATUSES))})"
@@ -136,7 +141,12 @@ def grant_in_transaction(conn: sqlite3.Connection, workflow_id: str, owner: str,
     if only_if_due:
         sql, args = f"{sql} AND {DUE}", args + [now()]
     row = conn.execute(sql + " RETURNING fencing_token", args).fetchone()
-    return None if row is None else Lease(workflow_id, owner, row["fencing_token"], seconds)
+    if row is None:
+        return None
+    completed = conn.execute("SELECT COUNT(*) FROM steps WHERE workflow_id = ? AND status = 'complete'",
+                             (workflow_id,)).fetchone()[0]
+    append_event(conn, workflow_id, None, "replay_started", f"{completed} completed steps on record")
+    return Lease(workflow_id, owner, row["fencing_token"], seconds)
 
 
 def check(conn: sqlite3.Connection, lease: Lease, live: bool = False) -> None:
@@ -147,13 +157,17 @@ def check(conn: sqlite3.Connection, lease: Lease, live: bool = False) -> None:
     row = conn.execute(f"SELECT fencing_token, lease_expires_at < {DB_NOW} AS expired FROM workflows WHERE id = ?",
                        (lease.workflow_id,)).fetchone()
     if row["fencing_token"] != lease.token:
-        raise LeaseLost(
-            f"workflow {lease.workflow_id!r}: this process's lease (token {lease.token}) was superseded by token "
-            f"{row['fencing_token']}; the write was refused and nothing changed.")
+        raise superseded(lease, row["fencing_token"])
     if live and row["expired"]:
         raise LeaseLost(
             f"workflow {lease.workflow_id!r}: this process's lease (token {lease.token}) expired before it was "
             "renewed; it starts no new attempt and nothing was written.")
+
+
+def superseded(lease: Lease, current_token: int) -> LeaseLost:
+    """The error for a write under ``lease`` after the workflow's token moved on to ``current_token``."""
+    return LeaseLost(f"workflow {lease.workflow_id!r}: this process's lease (token {lease.token}) was superseded by "
+                     f"token {current_token}; the write was refused and nothing changed.")
 
 
 def renew(conn: sqlite3.Connection, lease: Lease) -> bool:
@@ -163,16 +177,24 @@ def renew(conn: sqlite3.Connection, lease: Lease) -> bool:
     workflow back, and its owner must stop starting attempts.
     """
     with immediate(conn):
-        renewed = conn.execute(
-            f"UPDATE workflows SET lease_expires_at = {DB_NOW} + ? WHERE id = ? AND fencing_token = ?"
-            f" AND lease_expires_at >= {DB_NOW}", (lease.seconds, lease.workflow_id, lease.token)).rowcount
-    return bool(renewed)
+        return _renew_row(conn, lease)
+
+
+def _renew_row(conn: sqlite3.Connection, lease: Lease) -> bool:
+    # Inside the caller's transaction.
+    return bool(conn.execute(
+        f"UPDATE workflows SET lease_expires_at = {DB_NOW} + ? WHERE id = ? AND fencing_token = ?"
+        f" AND lease_expires_at >= {DB_NOW}", (lease.seconds, lease.workflow_id, lease.token)).rowcount)
+
+
+# Appended to the last write of a replay, so letting go costs no commit of its own.
+LET_GO = "owner = NULL, lease_expires_at = NULL"
 
 
 def release(conn: sqlite3.Connection, lease: Lease) -> None:
     """Give the lease up (the workflow's status says what happens next); a lost lease is left alone."""
     with immediate(conn):
-        conn.execute("UPDATE workflows SET owner = NULL, lease_expires_at = NULL WHERE id = ? AND fencing_token = ?",
+        conn.execute(f"UPDATE workflows SET {LET_GO} WHERE id = ? AND fencing_token = ?",
                      (lease.workflow_id, lease.token))
 
 
@@ -215,41 +237,95 @@ def _abandoned(row, assume_dead: bool, trust_pids: bool) -> str | None:
 
 
 class Heartbeat:
-    """Renews a lease every ``seconds / 3`` on a thread of its own, with a connection of its own.
+    """Keeps one lease alive while its replay runs; ``with Heartbeat(db_path, lease) as heartbeat:``.
 
-    A busy or locked database is tried again at the next beat; nothing is
-    printed. ``gave_up`` becomes True when a renewal finds the lease lost or
-    expired: the owner then starts no new attempt (``Workflow._fence``), and
-    its next journal write is refused anyway if another owner took over.
+    One thread per process renews every lease the process holds, each about
+    every third of its length, all of a journal's due leases in one
+    transaction, on a connection of the thread's own (opened at the first
+    renewal, closed once no lease on that journal is left). A busy or locked
+    database is tried again at the next beat; nothing is printed. ``gave_up``
+    becomes True when a renewal finds the lease lost or expired: the owner
+    then starts no new attempt (``Workflow._fence``), and its next journal
+    write is refused anyway if another owner took over.
     """
 
     def __init__(self, db_path: str | Path, lease: Lease):
-        self.db_path, self.lease, self.gave_up = Path(db_path), lease, False
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._beat, name=f"heartbeat {lease.workflow_id}", daemon=True)
-
-    def _beat(self) -> None:
-        interval = self.lease.seconds / 3
-        conn = None
-        try:
-            while not self._stop.wait(interval):
-                try:
-                    if conn is None:
-                        conn = sqlite3.connect(str(self.db_path), isolation_level=None, timeout=interval)
-                        conn.row_factory = sqlite3.Row
-                    if not renew(conn, self.lease):
-                        self.gave_up = True
-                        return
-                except sqlite3.Error:  # busy, locked, or a storage fault: try again at the next beat
-                    continue
-        finally:
-            if conn is not None:
-                conn.close()
+        self.db_path, self.lease, self.gave_up = str(db_path), lease, False
+        self.due_at = 0.0  # monotonic time of the next renewal
 
     def __enter__(self) -> "Heartbeat":
-        self._thread.start()
+        self.due_at = time.monotonic() + self.lease.seconds / 3
+        _renewer().add(self)
         return self
 
     def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
+        _renewer().discard(self)
+
+
+class _Renewer:
+    """The one thread of a process that renews its leases (``Heartbeat``)."""
+
+    def __init__(self):
+        self.pid = os.getpid()
+        self.beating: set[Heartbeat] = set()
+        self.wake = threading.Condition()
+        self.thread = threading.Thread(target=self._run, name="lease renewals", daemon=True)
+        self.thread.start()
+
+    def add(self, heartbeat: Heartbeat) -> None:
+        with self.wake:
+            sooner = all(heartbeat.due_at < other.due_at for other in self.beating)
+            self.beating.add(heartbeat)
+            if sooner:  # otherwise the thread already wakes in time
+                self.wake.notify()
+
+    def discard(self, heartbeat: Heartbeat) -> None:
+        with self.wake:
+            self.beating.discard(heartbeat)
+            if all(other.db_path != heartbeat.db_path for other in self.beating):
+                self.wake.notify()  # to close that journal's connection
+
+    def _run(self) -> None:
+        conns: dict[str, sqlite3.Connection] = {}
+        while True:
+            with self.wake:
+                while True:
+                    for path in list(conns.keys() - {h.db_path for h in self.beating}):
+                        conns.pop(path).close()  # no lease on that journal is left
+                    due = [h for h in self.beating if h.due_at <= time.monotonic()]
+                    if due:
+                        break
+                    soonest = min((h.due_at for h in self.beating), default=None)
+                    self.wake.wait(None if soonest is None else max(0.0, soonest - time.monotonic()))
+            for path in {h.db_path for h in due}:
+                self._renew_all(conns, path, [h for h in due if h.db_path == path])
+
+    def _renew_all(self, conns: dict[str, sqlite3.Connection], path: str, due: list[Heartbeat]) -> None:
+        shortest = min(h.lease.seconds for h in due) / 3
+        try:
+            if path not in conns:
+                conns[path] = sqlite3.connect(path, isolation_level=None, timeout=shortest)
+            with immediate(conns[path]):
+                renewed = [_renew_row(conns[path], h.lease) for h in due]
+        except sqlite3.Error:  # busy, locked, or a storage fault: try again at the next beat
+            for heartbeat in due:
+                heartbeat.due_at = time.monotonic() + heartbeat.lease.seconds / 3
+            return
+        for heartbeat, ok in zip(due, renewed):
+            heartbeat.due_at = time.monotonic() + heartbeat.lease.seconds / 3
+            if not ok:
+                heartbeat.gave_up = True
+                self.discard(heartbeat)
+
+
+_RENEWER: _Renewer | None = None
+_RENEWER_LOCK = threading.Lock()
+
+
+def _renewer() -> _Renewer:
+    # One per process: a child made by fork inherits the object but not its thread.
+    global _RENEWER
+    with _RENEWER_LOCK:
+        if _RENEWER is None or _RENEWER.pid != os.getpid():
+            _RENEWER = _Renewer()
+        return _RENEWER

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from functools import lru_cache
 
 REDACTED = "[REDACTED]"
 
@@ -45,9 +46,10 @@ def register_secret(value: str) -> None:
     _registered.add(value)
 
 
-def _compiled() -> re.Pattern:
-    extra = [p for p in os.environ.get("DURABLE_KIT_REDACT_PATTERNS", "").splitlines() if p.strip()]
-    forms = {form for value in _registered for form in (value, json.dumps(value)[1:-1])}  # raw, and inside JSON
+@lru_cache(maxsize=8)
+def _compiled(registered: frozenset[str], extra_patterns: str) -> re.Pattern:
+    extra = [p for p in extra_patterns.splitlines() if p.strip()]
+    forms = {form for value in registered for form in (value, json.dumps(value)[1:-1])}  # raw, and inside JSON
     literal = [re.escape(v) for v in sorted(forms, key=len, reverse=True)]
     return re.compile("|".join([*literal, *PATTERNS, *extra]))
 
@@ -56,4 +58,5 @@ def redact(text: str | None) -> str | None:
     """``text`` with every secret replaced by ``[REDACTED]`` (None stays None)."""
     if not text:
         return text
-    return _compiled().sub(REDACTED, text)
+    pattern = _compiled(frozenset(_registered), os.environ.get("DURABLE_KIT_REDACT_PATTERNS", ""))
+    return pattern.sub(REDACTED, text)

@@ -87,6 +87,7 @@ def wait_for(wf: "Workflow", name: str, kind: str, request: Any = None, seconds:
             return decision
         conn.execute("UPDATE workflows SET status = 'waiting', next_run_at = ?, updated_at = ? WHERE id = ?",
                      (wake_at, now(), wf.id))
+        wf._let_go(conn)  # this replay stops here: no worker is held while it waits
     trip(conn, f"after_wait:{name}", wf.id)
     raise Suspended(f"workflow {wf.id!r} waits for {kind} {name!r}")
 

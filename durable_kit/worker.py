@@ -145,5 +145,6 @@ def run_worker(db_path: str | Path, *, once: bool = False, until_idle: bool = Fa
                 time.sleep(poll)
     finally:
         signal.signal(signal.SIGTERM, previous)
+        journal.close()
     log("worker stopped" + (" (SIGTERM)" if stopping else ""))
     return runs

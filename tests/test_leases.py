@@ -231,7 +231,8 @@ def test_a_lease_taken_over_while_the_activity_runs_records_no_outcome(db, outco
     assert dump(db) == during["dump"]
     (step,) = journal.steps("w")
     assert (step["status"], step["attempts"], step["output"], step["error"]) == ("running", 1, None, None)
-    assert [e["event"] for e in journal.history("w")] == ["workflow_created", "step_started"]
+    assert [e["event"] for e in journal.history("w")] == [  # the thief's grant recorded its own replay's start
+        "workflow_created", "replay_started", "step_started", "replay_started"]
 
 
 def test_lease_lost_is_not_an_exception_so_workflow_code_cannot_swallow_it():
@@ -302,6 +303,81 @@ def test_run_workflow_takes_a_lease_itself_and_releases_it(db, kinds):
     assert (row["status"], row["owner"], row["lease_expires_at"], row["fencing_token"]) == ("complete", None, None, 1)
 
 
+def test_a_one_step_workflow_costs_four_synced_commits_and_one_marker(db, kinds):
+    # start, the grant (which records the replay's start), the step's output, the end (which lets the lease go),
+    # plus the step's running marker at NORMAL. Before the grant and begin, and the end and release, were
+    # merged this was six synced commits.
+    journal = Journal(db)
+    kind, statements = kinds(), []
+    durable_kit.workflow(kind)(lambda wf: wf.execute_step("s", lambda: "ok"))
+    journal.conn.set_trace_callback(statements.append)
+    journal.start(kind, {}, "w")
+    assert run_workflow(journal, "w") == "ok"
+    journal.conn.set_trace_callback(None)
+    synced, level = [], "FULL"
+    for statement in statements:
+        if statement.startswith("PRAGMA synchronous"):
+            level = statement.split("=")[1].strip()
+        elif statement == "COMMIT":
+            synced.append(level)
+    assert synced == ["FULL", "FULL", "NORMAL", "FULL", "FULL"]
+    assert [e["event"] for e in journal.history("w")] == [
+        "workflow_created", "replay_started", "step_started", "step_completed", "workflow_completed"]
+    row = lease_row(journal.conn)
+    assert (row["status"], row["owner"], row["lease_expires_at"]) == ("complete", None, None)
+
+
+@pytest.mark.parametrize("stop", ["wait", "retry", "end"])
+def test_the_write_that_stops_a_replay_gives_its_lease_up_in_the_same_commit(db, kinds, stop):
+    journal = Journal(db)
+    kind = kinds()
+
+    @durable_kit.workflow(kind)
+    def stops(wf):
+        if stop == "wait":
+            wf.wait_for_approval("ok", {"amount": 10})
+        elif stop == "retry":
+            wf.execute_step("s", lambda: (_ for _ in ()).throw(Transient("503")), retry=RetryPolicy(base_delay=60))
+        else:
+            wf.end("stopped", "no longer needed")
+
+    journal.start(kind, {}, "w")
+    statements = []
+    journal.conn.set_trace_callback(statements.append)
+    assert run_workflow(journal, "w") is None
+    journal.conn.set_trace_callback(None)
+    row = lease_row(journal.conn)
+    assert (row["owner"], row["lease_expires_at"]) == (None, None)
+    assert row["status"] == {"wait": "waiting", "retry": "pending", "end": "stopped"}[stop]
+    transactions, current = [], []
+    for statement in statements:
+        current.append(statement)
+        if statement == "COMMIT":
+            transactions.append(current)
+            current = []
+    (letting_go,) = [t for t in transactions if any("owner = NULL" in s for s in t)]
+    assert any(s.startswith("UPDATE workflows SET status") for s in letting_go)  # with the stop, not after it
+
+
+def test_one_thread_renews_every_lease_of_the_process(db):
+    journal, other = Journal(db), Journal(db)
+    leases = []
+    for workflow_id in ("a", "b", "c"):
+        journal.start("test_leases.none", {}, workflow_id, registered_elsewhere=True)
+        leases.append(grant(journal.conn, workflow_id, new_owner(), 0.3))
+    first = {w: lease_row(other.conn, w)["lease_expires_at"] for w in "abc"}
+    with contextlib.ExitStack() as stack:
+        beats = [stack.enter_context(Heartbeat(db, lease)) for lease in leases]
+        time.sleep(1.0)  # more than three lease lengths
+        renewers = [t for t in threading.enumerate() if t.name == "lease renewals"]
+        assert len(renewers) == 1
+        for w in "abc":
+            row = lease_row(other.conn, w)
+            assert row["left"] > 0 and row["lease_expires_at"] > first[w] + 0.6
+        assert not any(beat.gave_up for beat in beats)
+        assert revoke_abandoned(other.conn) == []
+
+
 # --- renew, release and the heartbeat ---
 
 def test_renew_pushes_the_expiry_and_refuses_a_stale_lease(db):
@@ -358,8 +434,7 @@ def test_a_heartbeat_notices_a_takeover_and_stops_renewing(db):
         while not heartbeat.gave_up and time.monotonic() < deadline:
             time.sleep(0.02)
         assert heartbeat.gave_up is True
-        heartbeat._thread.join(1)
-        assert not heartbeat._thread.is_alive()
+        time.sleep(0.3)  # three more beats of a live lease
     assert lease_row(thief.conn)["lease_expires_at"] == taken  # the old heartbeat never touched the new lease
 
 

@@ -13,6 +13,7 @@ import pytest
 import durable_kit
 import durable_kit.agents  # noqa: F401  (registers research_report for in-process runs)
 from durable_kit import Journal, Ledger, arm
+from durable_kit.ledger import ledger_path
 from durable_kit.retries import PolicyDenied, RateLimited, RetryPolicy, Transient
 from durable_kit.worker import claim, due_workflows, recover_abandoned, run_due, run_worker
 
@@ -416,3 +417,19 @@ def test_a_worker_running_hundreds_of_workflows_keeps_no_files_open_behind_them(
     before, after = map(int, done.stdout.split())
     # The worker's own journal (file, log, index) may stay open; nothing per workflow does.
     assert after - before <= 3, (before, after)
+
+
+def test_the_shared_work_ledger_is_opened_once_per_process_and_again_after_its_file_is_replaced(tmp_path):
+    from durable_kit.agents.shared_work import ledger_beside
+
+    db = tmp_path / "journal.db"
+    first = ledger_beside(db)
+    assert ledger_beside(db) is first  # one connection for every replay in this process
+    first.record("activity", "work:1", "w001")
+    first.close()
+    ledger_path(db).unlink()  # a folder reset
+    again = ledger_beside(db)
+    assert again is not first
+    assert again.calls() == []  # the new, empty file: not the deleted one
+    again.record("activity", "work:1", "w002")
+    assert [c["workflow_id"] for c in Ledger.beside(db).calls()] == ["w002"]

@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import Callable
 
 from ..journal import Journal, Workflow, workflow
-from ..ledger import Ledger
+from ..ledger import Ledger, ledger_path
 
 
 @workflow("shared_work", inputs={"steps": int})
 def shared_work(wf: Workflow) -> dict:
     """``steps`` steps, each recorded as it starts and then ``seconds`` long."""
-    ledger = Ledger.beside(wf.db_path)
+    ledger = ledger_beside(wf.db_path)
 
     def work(number: int) -> dict:
         ledger.record("activity", f"work:{number}", wf.id)
@@ -36,6 +36,24 @@ def shared_work(wf: Workflow) -> dict:
     for number in range(1, wf.input["steps"] + 1):
         wf.execute_step(f"work:{number}", lambda n=number: work(n))
     return {"steps": wf.input["steps"]}
+
+
+_LEDGERS: dict[Path, tuple[int, Ledger]] = {}
+
+
+def ledger_beside(db_path: str | Path) -> Ledger:
+    """The ledger beside the journal, opened once per process: a worker runs many of these workflows.
+
+    Closing the last connection to a WAL database checkpoints it, so opening and
+    closing the ledger on every replay cost every workflow a checkpoint. A ledger
+    file replaced since it was opened (a folder reset) is opened again.
+    """
+    path = ledger_path(db_path)
+    inode = path.stat().st_ino if path.exists() else None
+    if path not in _LEDGERS or _LEDGERS[path][0] != inode:
+        ledger = Ledger(path)
+        _LEDGERS[path] = (path.stat().st_ino, ledger)
+    return _LEDGERS[path][1]
 
 
 def start_work(db: str | Path, workflows: int, steps: int, seconds: float) -> list[str]:

@@ -25,13 +25,35 @@ def test_demo_checkpoints_prints_one_json_array():
 
 
 def test_bench_prints_one_json_object():
-    done = run_python("-m", "durable_kit.bench", "--json", "--steps", "200")
+    done = run_python("-m", "durable_kit.bench", "--json", "--quick")
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
-    assert {"journal_us_per_step", "raw_us_per_step", "ratio", "replay_us_per_step", "synchronous"} <= set(result)
-    for key in ("journal_us_per_step", "raw_us_per_step", "ratio", "replay_us_per_step"):
-        assert isinstance(result[key], (int, float)) and result[key] > 0, key
-    assert result["synchronous"] == "FULL"
+    assert result["command"] == "steps" and list(result["levels"]) == ["FULL", "NORMAL"]
+    for level, figures in result["levels"].items():
+        assert set(figures) == {"per_step", "per_workflow", "replay", "fsyncs"}, level
+        assert list(figures["per_step"]) == ["10", "100", "1000"]
+        for row in figures["per_step"].values():
+            assert set(row) == {"kit_us", "raw_us", "ratio"}
+            assert all(isinstance(value, (int, float)) and value > 0 for value in row.values()), (level, row)
+        workflow = figures["per_workflow"]
+        assert set(workflow) == {"raw_commit_us", "one_step_us", "one_step_ratio", "three_step_us",
+                                 "three_step_ratio"}
+        assert all(value > 0 for value in workflow.values()), (level, workflow)
+        assert figures["replay"]["us_per_step"] > 0 and figures["replay"]["samples"] >= 5
+        fsyncs = figures["fsyncs"]
+        if fsyncs["reason"] is None:
+            assert all(isinstance(fsyncs[key], (int, float)) for key in ("per_step", "per_one_step_workflow"))
+        else:
+            assert fsyncs["per_step"] is None and fsyncs["per_one_step_workflow"] is None
+
+
+def test_bench_without_json_prints_aligned_tables():
+    done = run_python("-m", "durable_kit.bench", "--quick", "--levels", "NORMAL", "--steps", "10", "--rounds", "1")
+    assert done.returncode == 0, done.stderr
+    first_table = done.stdout.split("\n\n")[1].splitlines()
+    assert first_table[0].split() == ["sync", "N", "kit", "µs/step", "raw", "µs/step", "kit/raw"]
+    assert first_table[1].split()[:2] == ["NORMAL", "10"]
+    assert len(first_table[0]) == len(first_table[1])
 
 
 def test_arm_then_run_crashes_at_the_armed_point(tmp_path):

@@ -208,21 +208,6 @@ def measure(settings: Settings = Settings(), levels: tuple[str, ...] = LEVELS) -
             "settings": asdict(settings), "levels": by_level}
 
 
-def figures_for_chart(result: dict) -> list[dict]:
-    """Rows for a chart of µs per step against N: one per level, N and series ("kit" or "raw").
-
-    Each row: ``{"synchronous", "steps", "series", "us_per_step"}``, from the
-    ``steps`` command's result (the dictionary ``measure`` returns, or its JSON).
-    """
-    rows = []
-    for level, figures in result["levels"].items():
-        for steps, row in figures["per_step"].items():
-            for series in ("kit", "raw"):
-                rows.append({"synchronous": level, "steps": int(steps), "series": series,
-                             "us_per_step": row[f"{series}_us"]})
-    return rows
-
-
 # --- fsyncs, counted by strace in a child process --------------------------------------------------------------
 
 FSYNC_PHASES = ("open_only", "steps", "one_step_workflows", "raw_commits")

@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 from conftest import run_python
@@ -77,22 +76,3 @@ def test_strace_summary_counts_fsync_and_fdatasync(tmp_path):
     assert bench.strace_calls(summary) == 34
     summary.write_text("")  # a process that never synced prints no table
     assert bench.strace_calls(summary) == 0
-
-
-def test_figures_for_chart_give_one_row_per_level_step_count_and_series():
-    per_step = {"10": {"kit_us": 3.0, "raw_us": 1.0, "ratio": 3.0},
-                "1000": {"kit_us": 2.0, "raw_us": 1.0, "ratio": 2.0}}
-    result = {"levels": {"FULL": {"per_step": per_step}, "NORMAL": {"per_step": per_step}}}
-    rows = bench.figures_for_chart(result)
-    assert len(rows) == 8
-    assert rows[0] == {"synchronous": "FULL", "steps": 10, "series": "kit", "us_per_step": 3.0}
-    assert {(r["synchronous"], r["steps"], r["series"]) for r in rows} == {
-        (level, n, series) for level in ("FULL", "NORMAL") for n in (10, 1000) for series in ("kit", "raw")}
-
-
-def test_bench_uses_only_what_an_older_kit_also_has():
-    source = Path(bench.__file__).read_text()
-    imports = [line for line in source.splitlines() if line.startswith("from .")]
-    assert imports == ["from .journal import Journal, Workflow, run_workflow, workflow",
-                       "from .leases import grant, new_owner",
-                       "from .peers import INSTALL, available"]

@@ -64,3 +64,24 @@ def test_two_charts_compared_side_by_side_can_share_a_y_limit(drawn):
 def test_the_old_positional_call_still_works(drawn):
     charts.calls_vs_artifacts(["x"], [2], [1], [1], "title", "calls", "stored", "xlabel")
     assert drawn[0].axes[0].get_xlabel() == "xlabel"
+
+
+def test_cost_per_step_draws_each_level_and_the_engines_that_ran(drawn):
+    from durable_kit import bench
+
+    tiny = bench.Settings(step_counts=(10, 20), rounds=1, workflow_rounds=1, replay_steps=10, replay_samples=1,
+                          fsync_steps=5, fsync_workflows=1)
+    result = bench.measure(tiny)
+    compared = {"engines": [
+        {"engine": "raw", "per_step_vs_raw": {"10": 1.0}, "per_workflow_vs_raw": 1.0},
+        {"engine": "kit", "per_step_vs_raw": {"10": 1.5}, "per_workflow_vs_raw": 5.0},
+        {"engine": "dbos", "skipped": "the graduate extra is not installed"}]}
+    charts.cost_per_step(result, compared)
+    (fig,) = drawn
+    assert [ax.get_title() for ax in fig.axes] == ["synchronous=FULL", "synchronous=NORMAL",
+                                                  "the same work, other engines (FULL)"]
+    full = result["levels"]["FULL"]["per_step"]
+    assert [t.get_text() for t in fig.axes[0].texts] == [f"{full[n]['ratio']:.1f}×" for n in full]
+    assert [t.get_text() for t in fig.axes[2].get_xticklabels()] == ["raw", "kit"]  # a skipped engine draws nothing
+    colours = [matplotlib.colors.to_hex(p.get_facecolor()) for p in fig.axes[2].patches[:2]]
+    assert colours == [charts.NEEDED, charts.KEPT]

@@ -129,3 +129,53 @@ def calls_vs_artifacts(labels: Sequence[str], calls: Sequence[int], needed: Sequ
         ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
         fig.tight_layout(rect=(0, 0.04 if notes else 0, 1, 1))
         plt.show()
+
+
+def cost_per_step(result: dict, compared: dict | None = None) -> None:
+    """What a journaled step costs on this machine: the kit (blue) against the raw SQLite floor (grey).
+
+    ``result`` is ``bench.measure``'s: one panel per ``synchronous`` level,
+    microseconds per step for workflows of 10, 100 and 1000 steps, the ratio
+    over each pair. ``compared`` (``bench.compare``'s, optional) adds a panel
+    of the same work on every engine as multiples of the raw floor (the other
+    engines in white: their colour means nothing).
+    """
+    levels = list(result["levels"])
+    engines = [e for e in (compared or {}).get("engines", []) if "skipped" not in e]
+    panels = len(levels) + (1 if engines else 0)
+    width = 0.38
+    with projector():
+        fig, axes = plt.subplots(1, panels, figsize=(6.2 * panels, 5.2), squeeze=False)
+        for ax, level in zip(axes[0], levels):
+            per_step = result["levels"][level]["per_step"]
+            counts = list(per_step)
+            xs = range(len(counts))
+            raw = [per_step[n]["raw_us"] for n in counts]
+            kit = [per_step[n]["kit_us"] for n in counts]
+            ax.bar([x - width / 2 for x in xs], raw, width, color=NEEDED, label="raw INSERT + COMMIT")
+            ax.bar([x + width / 2 for x in xs], kit, width, color=KEPT, label="journaled step")
+            for x, n in zip(xs, counts):
+                ax.text(x + width / 2, kit[x], f"{per_step[n]['ratio']:.1f}×", ha="center", va="bottom")
+            ax.set_xticks(list(xs), [f"{n} steps" for n in counts])
+            ax.set_ylim(0, max(kit + raw) * 1.2)
+            ax.set_ylabel("µs per step")
+            ax.set_title(f"synchronous={level}")
+        if engines:
+            ax = axes[0][-1]
+            n = next(iter(engines[0]["per_step_vs_raw"]))
+            names = [e["engine"] for e in engines]
+            per_step = [e["per_step_vs_raw"][n] for e in engines]
+            per_workflow = [e["per_workflow_vs_raw"] for e in engines]
+            xs = range(len(names))
+            colours = [{"raw": NEEDED, "kit": KEPT}.get(name, "white") for name in names]
+            ax.bar([x - width / 2 for x in xs], per_step, width, color=colours, edgecolor="black",
+                   label=f"per step ({n} steps)")
+            ax.bar([x + width / 2 for x in xs], per_workflow, width, color=colours, edgecolor="black", hatch="//",
+                   label="per 1-step workflow")
+            ax.set_xticks(list(xs), names)
+            ax.set_ylabel("× one raw commit")
+            ax.set_title("the same work, other engines (FULL)")
+            ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2, frameon=False)
+        axes[0][0].legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2, frameon=False)
+        fig.tight_layout()
+        plt.show()

@@ -270,6 +270,29 @@ def test_a_secret_in_an_input_and_in_an_error_never_reaches_the_database_its_log
     assert not any(CANARY in text for text in printed)
 
 
+@pytest.mark.parametrize("secret", [
+    "sk-abcdefghij0123456789", "AKIAABCDEFGHIJKLMNOP", "ghp_" + "a1" * 16, "xoxb-1234567890ab",
+    "Bearer abcdefghijklmnop.q", "bearer abcdefghijklmnop.q",
+    "-----BEGIN RSA PRIVATE KEY-----\nMIIB\n-----END RSA PRIVATE KEY-----"])
+def test_every_built_in_pattern_is_redacted_where_it_stands_alone_and_nowhere_inside_a_word(secret):
+    from durable_kit.redact import redact
+
+    assert redact(f"key: {secret}; end") == "key: [REDACTED]; end"
+    assert redact(f'{{"k": "{secret}"}}'.replace("\n", "\\n")) == '{"k": "[REDACTED]"}'
+    if not secret.startswith(("sk-", "-----")):  # those two have no word boundary before them
+        assert redact(f"x{secret}") == f"x{secret}"
+
+
+def test_a_registered_secret_is_redacted_as_written_and_as_json_escapes_it():
+    import json
+
+    from durable_kit.redact import redact, register_secret
+
+    register_secret('tr0ub4dor"&3')
+    assert redact('the password is tr0ub4dor"&3.') == "the password is [REDACTED]."
+    assert redact(json.dumps({"password": 'tr0ub4dor"&3'})) == '{"password": "[REDACTED]"}'
+
+
 def test_purge_removes_a_finished_workflow_and_rewrites_the_file(tmp_path):
     import json
 

@@ -19,14 +19,16 @@ kit, on DBOS Transact (SQLite system database) and on LangGraph
 processes on 200 workflows of instant steps and reports steps per second,
 duplicate executions and SQLITE_BUSY errors that reached a worker.
 
-Every figure is measured in one run on this machine; medians of several
-rounds; nothing is subtracted. This is not a test.
+Every figure is measured in one run on this machine; nothing is subtracted.
+Times are medians of several rounds; each ratio is the median of per-round
+ratios, the two sides of a round measured back to back. This is not a test.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import re
 import shutil
 import sqlite3
 import statistics
@@ -60,16 +62,69 @@ class Settings:
     """How much work each figure is the median of."""
 
     step_counts: tuple[int, ...] = (10, 100, 1000)
-    rounds: int = 7  # per-step rounds for each N (kit and raw alternating)
-    workflow_rounds: int = 50  # whole 1-step and 3-step workflows, and single raw commits
+    rounds: int = 7  # per-step rounds for each N (kit and raw back to back), at least
+    steps_per_series: int = 2000  # ... and at least this many steps in all for each N: more rounds for a small N
+    workflow_rounds: int = 50  # rounds of whole 1-step and 3-step workflows and of raw commits
+    workflow_batch: int = 5  # of each, back to back, per round
     replay_steps: int = 1000
     replay_samples: int = 7
     fsync_steps: int = 200  # steps of the workflow run under strace
     fsync_workflows: int = 20  # 1-step workflows (and raw commits) run under strace
 
 
-QUICK = Settings(step_counts=(10, 100, 1000), rounds=2, workflow_rounds=5, replay_steps=100, replay_samples=5,
-                 fsync_steps=50, fsync_workflows=5)
+QUICK = Settings(step_counts=(10, 100, 1000), rounds=2, steps_per_series=0, workflow_rounds=5, workflow_batch=2,
+                 replay_steps=100, replay_samples=5, fsync_steps=50, fsync_workflows=5)
+
+
+# --- how each commit reaches the disk ----------------------------------------------------------------------------
+
+WRITE = re.compile(r"^\s*(INSERT|UPDATE|DELETE|REPLACE)\b", re.IGNORECASE)
+# What a write writes: its table, and for an UPDATE its first column (with a status, the status).
+WHAT = re.compile(r"^(INSERT INTO \w+|DELETE FROM \w+|UPDATE \w+ SET \w+(?: = '[a-z_]+')?)")
+
+
+def record_commits(journal: Journal, work: Callable[[], object]) -> list[tuple[str, str]]:
+    """Run ``work()``; each commit it made on ``journal``'s connection, as (what it wrote, how it reached the disk).
+
+    What: the commit's first write (a history event only if it wrote nothing
+    else), like ``UPDATE steps SET status = 'complete'``. How: ``by SQLite``
+    (committed at FULL: SQLite synced the log itself), ``synced`` (committed
+    at NORMAL and followed at once by ``Journal.sync``) or ``not synced``.
+    """
+    events: list[str] = []
+    sync = journal.sync
+    journal.conn.set_trace_callback(events.append)
+    journal.sync = lambda: (events.append("SYNC"), sync())[1]  # this journal only, for this call only
+    try:
+        work()
+    finally:
+        journal.conn.set_trace_callback(None)
+        del journal.sync
+    return commits_in(events, journal.synchronous)
+
+
+def commits_in(events: list[str], level: str) -> list[tuple[str, str]]:
+    """``record_commits`` on a list of statements and ``SYNC`` marks, the connection starting at ``level``."""
+    found, written, in_transaction = [], None, False
+    for i, event in enumerate(events):
+        if event.startswith("PRAGMA synchronous"):
+            level = event.split("=")[1].strip().upper()
+        elif event.startswith("BEGIN"):
+            in_transaction, written = True, None
+        elif event == "ROLLBACK":
+            in_transaction = False
+        elif event == "COMMIT" or (WRITE.match(event) and not in_transaction):
+            statement = written if event == "COMMIT" else event
+            in_transaction = False
+            if statement is None:  # a transaction that wrote nothing
+                continue
+            how = "by SQLite" if level in ("FULL", "EXTRA") else (
+                "synced" if events[i + 1:i + 2] == ["SYNC"] else "not synced")
+            match = WHAT.match(" ".join(statement.split()))
+            found.append((match.group(1) if match else statement.split()[0], how))
+        elif WRITE.match(event) and (written is None or written.startswith("INSERT INTO history")):
+            written = event
+    return found
 
 
 # --- the floor and the kit -------------------------------------------------------------------------------------
@@ -162,6 +217,16 @@ def ratio(numerator: float | None, denominator: float | None) -> float | None:
     return None if not numerator or not denominator else round(numerator / denominator, 2)
 
 
+def paired_ratio(numerators: list[float], denominators: list[float]) -> float:
+    """The median of the ratios of rounds measured back to back, to two decimals.
+
+    Both sides of one round saw the same moment of the machine (a neighbour's
+    load, the disk's mood), so the median of per-round ratios moves less than
+    a ratio of two medians.
+    """
+    return round(statistics.median(n / d for n, d in zip(numerators, denominators)), 2)
+
+
 # --- the steps command -----------------------------------------------------------------------------------------
 
 def measure_level(folder: Path, synchronous: str, settings: Settings) -> dict:
@@ -172,17 +237,17 @@ def measure_level(folder: Path, synchronous: str, settings: Settings) -> dict:
         per_step = {}
         for steps in settings.step_counts:
             raw_s, kit_s = [], []
-            for _ in range(settings.rounds):
+            for _ in range(max(settings.rounds, settings.steps_per_series // steps)):
                 raw_s.append(raw.commit_rows(steps))
                 kit_s.append(kit.run(steps))
-            kit_us, raw_us = median_us(kit_s, steps), median_us(raw_s, steps)
-            per_step[str(steps)] = {"kit_us": round(kit_us, 1), "raw_us": round(raw_us, 1),
-                                    "ratio": ratio(kit_us, raw_us)}
+            per_step[str(steps)] = {"kit_us": round(median_us(kit_s, steps), 1),
+                                    "raw_us": round(median_us(raw_s, steps), 1), "ratio": paired_ratio(kit_s, raw_s)}
+        batch = settings.workflow_batch
         commit_s, one_s, three_s = [], [], []
-        for _ in range(settings.workflow_rounds):
-            commit_s.append(raw.commit_rows(1))
-            one_s.append(kit.run(1))
-            three_s.append(kit.run(3))
+        for _ in range(settings.workflow_rounds):  # each figure of a round: the mean of a batch back to back
+            commit_s.append(raw.commit_rows(batch) / batch)
+            one_s.append(sum(kit.run(1) for _ in range(batch)) / batch)
+            three_s.append(sum(kit.run(3) for _ in range(batch)) / batch)
         commit_us, one_us, three_us = median_us(commit_s), median_us(one_s), median_us(three_s)
         workflow_id, lease = kit.finished_steps_under_lease(settings.replay_steps)
         replay_s = [kit.replay(workflow_id, lease, settings.replay_steps) for _ in range(settings.replay_samples)]
@@ -192,8 +257,8 @@ def measure_level(folder: Path, synchronous: str, settings: Settings) -> dict:
     return {
         "per_step": per_step,
         "per_workflow": {"raw_commit_us": round(commit_us, 1),
-                         "one_step_us": round(one_us, 1), "one_step_ratio": ratio(one_us, commit_us),
-                         "three_step_us": round(three_us, 1), "three_step_ratio": ratio(three_us, commit_us)},
+                         "one_step_us": round(one_us, 1), "one_step_ratio": paired_ratio(one_s, commit_s),
+                         "three_step_us": round(three_us, 1), "three_step_ratio": paired_ratio(three_s, commit_s)},
         "replay": {"steps": settings.replay_steps, "samples": settings.replay_samples,
                    "us_per_step": round(median_us(replay_s, settings.replay_steps), 2)},
     }

@@ -231,7 +231,7 @@ def _make_due(db: Path, workflow_id: str) -> None:
             journal.conn.execute("UPDATE workflows SET next_run_at = ? WHERE id = ? AND next_run_at > ?",
                                  (now(), workflow_id, now()))
     finally:
-        journal.conn.close()
+        journal.close()
 
 
 def _decide(db: Path, scenario: Scenario, wait: dict) -> None:
@@ -245,7 +245,7 @@ def _decide(db: Path, scenario: Scenario, wait: dict) -> None:
         else:
             reject(journal, scenario.workflow_id, decision["by"], decision.get("comment", ""), wait=wait["name"])
     finally:
-        journal.conn.close()
+        journal.close()
 
 
 def _status(db: Path, workflow_id: str) -> str:
@@ -260,7 +260,7 @@ def _next_move(db: Path, scenario: Scenario) -> str:
         row = journal.workflow(scenario.workflow_id)
         waiting = open_wait(journal, scenario.workflow_id) if row["status"] == "waiting" else None
     finally:
-        journal.conn.close()
+        journal.close()
     if row["status"] in SETTLED:
         return "settled"
     if waiting and waiting["kind"] in ("approval", "clarification"):
@@ -285,7 +285,7 @@ def drive(db: Path, scenario: Scenario, crashes: list[tuple[str, str]] = (), tra
         for point, action in crashes:
             arm(journal.conn, point, action)
     finally:
-        journal.conn.close()
+        journal.close()
     for _ in range(scenario.max_rounds):
         child = _worker(db, scenario, trace)
         result.exit_codes.append(child.returncode)
@@ -313,7 +313,7 @@ def drive(db: Path, scenario: Scenario, crashes: list[tuple[str, str]] = (), tra
     try:
         disarm_all(journal.conn)
     finally:
-        journal.conn.close()
+        journal.close()
     return result
 
 
@@ -504,7 +504,7 @@ def step_map(kind: str, input: dict, *, module: str | Path | None = None, policy
             waits = [dict(r) for r in journal.conn.execute(
                 "SELECT name, kind, created_at FROM waits WHERE workflow_id = ? ORDER BY created_at", (workflow_id,))]
         finally:
-            journal.conn.close()
+            journal.close()
     reserved = {e["step"] for e in history if e["event"] == "key_reserved"}
     if rows is None and verify:
         senders = [s["name"] for s in steps if s["status"] == "complete" and s["name"] not in outbox

@@ -15,22 +15,33 @@ Guarantees, exactly:
 * Code outside ``execute_step`` runs on every replay, so it must be
   deterministic and free of side effects.
 
-What each commit of a workflow protects (``synchronous=FULL``, the default):
+What each write of a replay protects, and whether it is synced to disk
+(at ``synchronous=FULL``, the default; a replay runs inside
+``Journal.relaxed``, where SQLite syncs nothing and the replay syncs what
+must outlive a power loss). Every write survives a process crash.
 
-1. ``Journal.start``: the task and its input exist once ``start`` returns.
-2. The lease grant (``leases.grant``), which also records ``replay_started``:
-   the new fencing token. It is synced because the token may leave for a
-   destination during the replay: after a power loss no token is handed out twice.
-3. Per attempt, the *running* marker (``Journal.marker_transaction``): the
-   attempt count and history. Synced only at NORMAL: a power loss may lose
-   it, costing an attempt count, never an output.
-4. Per step, its output: one recorded outcome, committed before
-   ``execute_step`` returns it.
-5. The replay's last write: the workflow's output and final status, or the
-   retry time, wait or pause it stops at, with the lease given up in the same
-   commit.
+1. ``Journal.start`` (one statement, synced): the task and its input exist
+   once ``start`` returns.
+2. The lease grant (``leases.grant``, with the ``replay_started`` event; not
+   synced): the new fencing token. A power loss that loses it also ends
+   every process that held it; a token that leaves the process is synced
+   first (``Workflow.fencing_token``), so none that left is handed out again.
+3. Per attempt, the *running* marker (one statement for a first attempt; not
+   synced): the attempt count. A power loss may lose it, costing an attempt
+   count, never an output.
+4. Per step, its output (one statement, synced before ``execute_step``
+   returns it): one recorded outcome.
+5. The replay's last write, with the lease given up in the same commit. A
+   completed replay's (the output and status ``complete``; one statement,
+   not synced): a replay computes the same output from the steps' synced
+   outputs. Every other stop (a retry time, a wait, a pause, an end, a
+   failure, a block) is synced: it records a time or a decision that a
+   replay must not make again.
 
-A one-step workflow therefore costs four synced commits: start, grant, output, end.
+A one-step workflow is therefore synced twice: its start and its step's
+output. Each write's history events are read from the rows themselves where
+a row records them (``Journal.history``), so the usual path writes one
+statement per change.
 """
 from __future__ import annotations
 
@@ -47,10 +58,12 @@ from typing import Any, Callable
 from . import change, waits
 from .errors import Ended, LeaseLost, NonDeterminism, Suspended, WorkflowError, is_storage_fault
 from .faults import tracing, trip
-from .leases import FINAL_STATUSES, LET_GO, Heartbeat, Lease, check, grant, new_owner, release, superseded
+from .leases import (FINAL_STATUSES, LEASE_SECONDS, LET_GO, Heartbeat, Lease, check, grant_in_transaction,
+                     new_owner, release, superseded)
 from .retries import Crashed, FormatFailure, InvalidRequest, RetryPolicy, record_failure
 from .redact import redact, register_secret
-from .store import append_event, connect, connect_read_only, from_json, immediate, now, to_json
+from .store import (DB_NOW, append_event, connect, connect_read_only, encode, from_json, immediate, now, to_json,
+                    write)
 
 WORKFLOWS: dict[str, Callable[["Workflow"], Any]] = {}
 VERSIONS: dict[str, str] = {}  # kind -> the code version a new workflow of that kind records
@@ -93,6 +106,35 @@ def check_input(kind: str, workflow_id: str, value: Any) -> None:
                                 f"{expected.__name__}, not {type(value[key]).__name__}. Nothing was started.")
 
 
+# A step's first attempt as one statement: its *running* row, written only if the replay still holds a live
+# lease (?9; NULL: unleased), nobody asked to cancel, no fault is armed at all (armed faults are rare: the
+# transaction path then looks for this step's) and no row exists yet.
+START_FIRST_ATTEMPT = (
+    "INSERT INTO steps (workflow_id, name, status, input, attempts, repair_message, position, versions,"
+    "   started_at, started_by, started_after)"
+    " SELECT id, ?2, 'running', ?3, 1, ?4, ?5, ?6, ?7, ?8,"
+    "   (SELECT COALESCE(MAX(seq), 0) FROM history WHERE workflow_id = ?1)"
+    " FROM workflows WHERE id = ?1 AND cancel_requested IS NULL"
+    f"   AND (?9 IS NULL OR (fencing_token = ?9 AND lease_expires_at >= {DB_NOW}))"
+    "   AND NOT EXISTS (SELECT 1 FROM faults)"
+    " ON CONFLICT (workflow_id, name) DO NOTHING")
+
+# A step's output as one statement: recorded only if none is yet and the replay's token (?6) is still current.
+COMMIT_OUTPUT = (
+    "UPDATE steps SET status = 'complete', output = ?3, completed_at = ?4, completed_by = ?5,"
+    "   completed_after = (SELECT COALESCE(MAX(seq), 0) FROM history WHERE workflow_id = ?1)"
+    " WHERE workflow_id = ?1 AND name = ?2 AND status != 'complete'"
+    "   AND (?6 IS NULL OR EXISTS (SELECT 1 FROM workflows WHERE id = ?1 AND fencing_token = ?6))")
+
+
+# A completed replay's last write as one statement: the output, the status, the lease given up, if the token
+# (?5) is still current. The timeline view reads the completion from the row.
+RECORD_COMPLETION = (
+    "UPDATE workflows SET status = 'complete', output = ?2, error = NULL, updated_at = ?3, completed_at = ?3,"
+    "   completed_by = ?4, completed_after = (SELECT COALESCE(MAX(seq), 0) FROM history WHERE workflow_id = ?1)")
+COMPLETE = f"{RECORD_COMPLETION}, {LET_GO} WHERE id = ?1 AND fencing_token = ?5"
+
+
 class Journal:
     """Workflows, steps and their append-only history in one SQLite file."""
 
@@ -101,31 +143,50 @@ class Journal:
         self.path = Path(path)
         self.synchronous = synchronous.upper()
         self.conn = connect_read_only(self.path) if read_only else connect(self.path, self.synchronous, create=create)
+        self.relaxing = False  # inside ``relaxed``: commits at NORMAL, synced by ``sync`` where needed
+        self._log = None  # the write-ahead log opened for reading, for ``sync``; closed with its object
 
     @contextmanager
-    def marker_transaction(self):
-        """A ``BEGIN IMMEDIATE`` transaction for a *running* marker, synced at most at NORMAL.
+    def relaxed(self):
+        """Inside the block the journal's connection commits at NORMAL; ``run_workflow`` runs replays so.
 
-        A marker only counts attempts and fills the history. Committed at NORMAL
-        it survives every process crash; a power loss can lose it, costing one
-        attempt count, never an output: the next FULL commit syncs the log up to
-        and including it, and outputs are always committed at the configured level.
-        (Switching the level costs less than a second connection at NORMAL,
-        measured: that connection's page cache would be emptied by every write of this one.)
+        A commit at NORMAL survives every process crash; a power loss can lose
+        it. Inside the block the replay syncs (``sync``) every write that must
+        outlive a power loss right after its commit, which is what FULL does
+        after every commit, and leaves the rest unsynced: its grant, the
+        *running* markers, and a completed replay's last write (the module
+        docstring says why each may be lost). Nested blocks are one block.
         """
-        relax = self.synchronous in ("FULL", "EXTRA")
-        if relax:
-            self.conn.execute("PRAGMA synchronous = NORMAL")
+        if self.relaxing or self.synchronous not in ("FULL", "EXTRA"):
+            yield self.conn
+            return
+        self.conn.execute("PRAGMA synchronous = NORMAL")
+        self.relaxing = True
         try:
-            with immediate(self.conn):
-                yield self.conn
+            yield self.conn
         finally:
-            if relax:
-                self.conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+            self.relaxing = False
+            self.conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+
+    def sync(self) -> None:
+        """Put every commit made so far on disk, as a synced commit does: an fsync of the write-ahead log.
+
+        What ``synchronous=FULL`` does after a commit, done only where it is
+        needed (see ``relaxed``). A no-op for a journal at NORMAL or OFF, which
+        has chosen to lose its last commits on a power loss.
+        """
+        if self.synchronous not in ("FULL", "EXTRA"):
+            return
+        if self._log is None:  # the log exists while a connection is open; SQLite takes no lock on it
+            self._log = open(f"{self.path}-wal", "rb", buffering=0)
+        (os.fdatasync if hasattr(os, "fdatasync") else os.fsync)(self._log.fileno())
 
     def close(self) -> None:
-        """Close the journal's connection (again is harmless)."""
+        """Close the journal's connection and its descriptor of the log (again is harmless)."""
         self.conn.close()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
 
     def start(self, kind: str, input: dict, workflow_id: str | None = None, retry_budget: int = 10,
               registered_elsewhere: bool = False) -> str:
@@ -148,22 +209,17 @@ class Journal:
         workflow_id = workflow_id or uuid.uuid4().hex[:12]
         check_input(kind, workflow_id, input)
         input_json = to_json(input, workflow_id, None, "workflow input")
-        with immediate(self.conn):
+        created = write(self.conn, "INSERT INTO workflows (id, kind, input, status, retry_budget, version,"
+                        " created_at, created_by, updated_at) VALUES (?, ?, ?, 'pending', ?, ?, ?, ?, ?)"
+                        " ON CONFLICT (id) DO NOTHING",
+                        (workflow_id, kind, input_json, retry_budget, VERSIONS.get(kind), now(), os.getpid(), now()))
+        if not created:  # kind and input never change once written: no lock is needed to compare them
             row = self.conn.execute("SELECT kind, input FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
-            if row is not None:
-                if (row["kind"], row["input"]) != (kind, input_json):
-                    raise WorkflowError(
-                        f"workflow {workflow_id!r} already exists as {row['kind']!r} with input {row['input']}; "
-                        "a workflow id names one task for good: pick a new id for a different task."
-                    )
-                return workflow_id
-            self.conn.execute(
-                "INSERT INTO workflows (id, kind, input, status, retry_budget, version, created_at, updated_at)"
-                " VALUES (?, ?, ?, 'pending', ?, ?, ?, ?)",
-                (workflow_id, kind, input_json, retry_budget, VERSIONS.get(kind), now(), now()),
-            )
-            self._event(workflow_id, None, "workflow_created",
-                        kind + (f" (version {VERSIONS[kind]})" if kind in VERSIONS else ""))
+            if (row["kind"], row["input"]) != (kind, input_json):
+                raise WorkflowError(
+                    f"workflow {workflow_id!r} already exists as {row['kind']!r} with input {row['input']}; "
+                    "a workflow id names one task for good: pick a new id for a different task."
+                )
         return workflow_id
 
     def workflow(self, workflow_id: str) -> dict:
@@ -180,9 +236,15 @@ class Journal:
         return [{**dict(r), "input": from_json(r["input"]), "output": from_json(r["output"])} for r in rows]
 
     def history(self, workflow_id: str) -> list[dict]:
-        """The workflow's events, oldest first. For people to read; replay never uses it."""
-        rows = self.conn.execute("SELECT * FROM history WHERE workflow_id = ? ORDER BY seq", (workflow_id,))
-        return [dict(r) for r in rows]
+        """The workflow's events, oldest first, numbered from 1 (``seq``). For people to read; replay never uses it.
+
+        Read from the ``timeline`` view: the history table's events and those
+        the rows already record (the workflow's start, each step's first
+        attempt and its output), so no event is written twice.
+        """
+        rows = self.conn.execute("SELECT step, event, detail, pid, at FROM timeline WHERE workflow_id = ?"
+                                 " ORDER BY after, derived, at", (workflow_id,))
+        return [{"workflow_id": workflow_id, "seq": seq, **dict(r)} for seq, r in enumerate(rows, start=1)]
 
     def row_for_update(self, workflow_id: str):
         """Inside the caller's write transaction: the workflow's stored row, or ``WorkflowError`` naming the id."""
@@ -279,8 +341,12 @@ class Workflow:
         self._compensations: list[tuple[str, Callable[[Any], Any], Any]] = []
         self._cancelling = False
         self.released = False  # set by the write that gave the lease up
+        self._token_synced = False  # whether this replay's grant was put on disk (``fencing_token``)
+        self._tracing = tracing()  # read once a replay: every boundary is tripped while it is true
+        self._recorded: set[str] = set()  # names with a row: a step without one starts by the first-attempt statement
         for r in self.conn.execute("SELECT name, status, input, output, attempts, next_attempt_at, repair_message,"
                                    " position FROM steps WHERE workflow_id = ?", (self.id,)):
+            self._recorded.add(r["name"])
             if r["position"] is not None:
                 self._by_position[r["position"]] = {"name": r["name"], "status": r["status"], "input": r["input"]}
             if r["status"] == "complete":
@@ -310,8 +376,18 @@ class Workflow:
 
     @property
     def fencing_token(self) -> int | None:
-        """This replay's lease token: send it to a destination that refuses tokens older than one it has seen."""
-        return None if self.lease is None else self.lease.token
+        """This replay's lease token: send it to a destination that refuses tokens older than one it has seen.
+
+        The grant that issued the token was committed at NORMAL, so the first
+        read in a replay syncs the journal first (``Journal.sync``): a token
+        that leaves this process is on disk, and no power loss hands it out again.
+        """
+        if self.lease is None:
+            return None
+        if not self._token_synced:
+            self.journal.sync()
+            self._token_synced = True
+        return self.lease.token
 
     def execute_step(self, name: str, activity: Callable[[], Any], step_input: Any = None, *,
                      retry: RetryPolicy | None = None, repair: Callable[[str], Any] | None = None,
@@ -356,27 +432,25 @@ class Workflow:
             output = json.loads(self._outputs[name])
             self._remember(name, compensate, output)
             return output
-        self._stop_if_cancelled()
-        not_before = self._not_before.get(name)
-        if not_before is not None and not_before > now():
-            self._suspend_until(not_before, f"step {name!r} is not due yet")
-
         crash_policy = retry or CRASH_LIMIT
-        if self._interrupted.get(name, 0) >= crash_policy.max_attempts:  # the last one killed its process
-            return self._after_failure(name, Crashed("the process died during the attempt"), crash_policy)
+        if name in self._recorded:  # tried before: a cancellation, a retry time or attempts that died come first
+            self._stop_if_cancelled()
+            not_before = self._not_before.get(name)
+            if not_before is not None and not_before > now():
+                self._suspend_until(not_before, f"step {name!r} is not due yet")
+            if self._interrupted.get(name, 0) >= crash_policy.max_attempts:  # the last one killed its process
+                return self._after_failure(name, Crashed("the process died during the attempt"), crash_policy)
 
         versions_json = None if versions is None else to_json(versions, self.id, name, "step versions")
         run, repair_message = activity, self._repairs.get(name) if repair else None
         if repair_message is not None:  # an earlier replay chose repair: never resend the bad request
             run = partial(repair, repair_message)
         while True:
-            with self._write(marker=True, starting=True):
-                self._write_reused()
-                armed = self._start_attempt(name, input_json, repair_message, versions_json)
+            armed = self._start_attempt(name, input_json, repair_message, versions_json)
             if armed is None:  # another process completed it since this replay began
                 return self._adopt_recorded_output(name)
             try:
-                output_json = self._run_attempt(name, run, armed, timeout)
+                output = self._run_attempt(name, run, armed, timeout)
             except Exception as error:
                 if retry is not None and isinstance(error, (InvalidRequest, FormatFailure)) \
                         and repair and repair_message is None:
@@ -389,7 +463,7 @@ class Workflow:
                     run, fallback = fallback, None
                     continue
                 return self._after_failure(name, error, retry)
-            output = self._commit_output(name, output_json, armed)
+            output = self._commit_output(name, output, armed)
             self._remember(name, compensate, output)
             return output
 
@@ -494,10 +568,10 @@ class Workflow:
         if to_run:
             self._stop_if_cancelled()
             started = {}
-            with self._write(marker=True, starting=True):
+            with self._write(synced=False, starting=True):
                 self._write_reused()
                 for name in to_run:
-                    started[name] = self._start_attempt(name, inputs_json[name], None)
+                    started[name] = self._start_in_transaction(name, inputs_json[name], None, None)
             for name, armed in started.items():
                 if armed is None:  # another process completed it since this replay began
                     results[name] = self._adopt_recorded_output(name)
@@ -510,30 +584,40 @@ class Workflow:
                 for future in as_completed(futures):  # commit each branch as it finishes, in this thread
                     name = futures[future]
                     try:
-                        output_json = self._encode_output(name, future.result(), started[name])
+                        output = self._encode_output(name, future.result(), started[name])
                     except Exception as error:
                         self._record_attempt_failure(name, error)
                         first_error = first_error or error
                         continue
-                    results[name] = self._commit_output(name, output_json, started[name])
+                    results[name] = self._commit_output(name, output, started[name])
             if first_error is not None:
                 raise first_error
         return {name: results[name] for name in branches}
 
     @contextmanager
-    def _write(self, marker: bool = False, starting: bool = False, last: bool = False):
+    def _write(self, synced: bool = True, starting: bool = False, last: bool = False):
         """A write transaction that first checks this replay's lease: a stale owner writes nothing.
 
-        ``starting=True`` (the write that starts an attempt) also refuses when
-        the lease has expired by the database's clock or the heartbeat gave
-        up, so an owner that lost contact starts nothing new. ``last=True``
-        (the write that ends this replay) also gives the lease up, in the same commit.
+        ``synced=False`` leaves the commit unsynced inside ``Journal.relaxed``
+        (a marker, a completed replay's end); every other write is synced at
+        the journal's level before the block returns. ``starting=True`` (the
+        write that starts an attempt) also refuses when the lease has expired
+        by the database's clock or the heartbeat gave up, so an owner that
+        lost contact starts nothing new. ``last=True`` (the write that ends
+        this replay) also gives the lease up, in the same commit.
         """
-        with self.journal.marker_transaction() if marker else immediate(self.conn):
+        with immediate(self.conn):
             self._fence(starting)
             yield self.conn
             if last:
                 self._let_go(self.conn)
+        if synced:
+            self._synced()
+
+    def _synced(self) -> None:
+        # After a commit inside ``Journal.relaxed``: put it on disk now, as FULL would have.
+        if self.journal.relaxing:
+            self.journal.sync()
 
     def _let_go(self, conn: sqlite3.Connection) -> None:
         """Inside the write that ends this replay: give the lease up in the same commit."""
@@ -641,61 +725,103 @@ class Workflow:
         raise Suspended(f"workflow {self.id!r}: {why}")
 
     def _run_attempt(self, name: str, activity: Callable[[], Any], armed: set[str],
-                     timeout: float | None = None) -> str:
-        """Run the activity of a started attempt; its output as JSON, not yet stored."""
+                     timeout: float | None = None) -> tuple[str, Any]:
+        """Run the activity of a started attempt; its output as JSON (not yet stored) and decoded."""
         if "next_step" in armed:
             trip(self.conn, "next_step", self.id)
         result = activity() if timeout is None else change.within(timeout, activity, self.id, name)
         return self._encode_output(name, result, armed)
 
-    def _encode_output(self, name: str, result: Any, armed: set[str]) -> str:
-        """An activity's result as JSON, not yet stored; then the ``after_activity`` point, if armed."""
-        output_json = to_json(result, self.id, name, "activity's output",
-                              "The output was not stored; the step runs again on the next replay.")
-        if f"after_activity:{name}" in armed:
+    def _encode_output(self, name: str, result: Any, armed: set[str]) -> tuple[str, Any]:
+        """An activity's result as JSON (not yet stored) and decoded; then the ``after_activity`` point, if armed."""
+        encoded = encode(result, self.id, name, "activity's output",
+                         "The output was not stored; the step runs again on the next replay.")
+        if armed and f"after_activity:{name}" in armed:
             trip(self.conn, f"after_activity:{name}", self.id)
-        return output_json
+        return encoded
 
     def _start_attempt(self, name: str, input_json: str, repair_message: str | None,
                        versions_json: str | None = None) -> set[str] | None:
-        """Inside a write: mark the step *running* and count the attempt; the fault points armed for it.
+        """Mark the step *running* and count the attempt; the fault points armed for it.
 
-        None if the step is already complete (then nothing was written).
+        None if the step is already complete (then nothing was written). A
+        step's first attempt is usually one statement (``_start_first_attempt``);
+        any other attempt, and a first one that statement does not take, is a
+        transaction that looks at each condition in turn (``_start_in_transaction``).
         """
+        if self._start_first_attempt(name, input_json, repair_message, versions_json):
+            return set()
+        self._stop_if_cancelled()
+        with self._write(synced=False, starting=True):
+            self._write_reused()
+            return self._start_in_transaction(name, input_json, repair_message, versions_json)
+
+    def _start_first_attempt(self, name: str, input_json: str, repair_message: str | None,
+                             versions_json: str | None) -> bool:
+        """The usual first attempt as one statement at NORMAL: True if it wrote the step's *running* row.
+
+        The statement itself checks what the transaction would: this replay's
+        lease still current and not expired, no cancellation asked for, no
+        fault armed, no row for the step yet. Where any of them fails
+        it writes nothing and the transaction path decides. Its row records
+        the attempt's start, process and place in the history (``timeline``).
+        """
+        if name in self._recorded or self._reused or self._tracing or (self.heartbeat and self.heartbeat.gave_up):
+            return False
+        started = write(self.conn, START_FIRST_ATTEMPT, (
+            self.id, name, input_json, redact(repair_message), self._position, versions_json, now(), os.getpid(),
+            None if self.lease is None else self.lease.token))
+        if started:
+            self._recorded.add(name)
+        return bool(started)
+
+    def _start_in_transaction(self, name: str, input_json: str, repair_message: str | None,
+                              versions_json: str | None) -> set[str] | None:
+        """Inside the marker's write: the attempt's row, its history event after the first, its armed points."""
         attempt = self.conn.execute(
             "INSERT INTO steps (workflow_id, name, status, input, attempts, repair_message, position, versions,"
-            "   started_at) VALUES (?, ?, 'running', ?, 1, ?, ?, ?, ?)"
+            "   started_at, started_by, started_after)"
+            " VALUES (?1, ?2, 'running', ?3, 1, ?4, ?5, ?6, ?7, ?8,"
+            "   (SELECT COALESCE(MAX(seq), 0) FROM history WHERE workflow_id = ?1))"
             " ON CONFLICT (workflow_id, name) DO UPDATE SET status = 'running', input = excluded.input,"
             "   attempts = attempts + 1, error = NULL, next_attempt_at = NULL,"
             "   repair_message = excluded.repair_message, versions = excluded.versions WHERE status != 'complete'"
             " RETURNING attempts",
-            (self.id, name, input_json, redact(repair_message), self._position, versions_json, now()),
+            (self.id, name, input_json, redact(repair_message), self._position, versions_json, now(), os.getpid()),
         ).fetchone()
         if attempt is None:
             return None
-        self.journal._event(self.id, name, "step_started", f"attempt {attempt['attempts']}")
+        self._recorded.add(name)
+        if attempt["attempts"] > 1:  # the first attempt's start is in the row itself
+            self.journal._event(self.id, name, "step_started", f"attempt {attempt['attempts']}")
         points = ("next_step", f"after_activity:{name}", f"after_commit:{name}")
-        if tracing():  # every boundary is tripped, so a clean run lists them all
+        if self._tracing:  # every boundary is tripped, so a clean run lists them all
             return set(points)
         # Read inside this transaction: a fault armed while the activity runs applies from the next step.
-        return {row["point"] for row in self.conn.execute(
-            "SELECT point FROM faults WHERE point IN (?, ?, ?)", points)}
+        return {row["point"] for row in self.conn.execute("SELECT point FROM faults WHERE point IN (?, ?, ?)",
+                                                          points)}
 
-    def _commit_output(self, name: str, output_json: str, armed: set[str]) -> Any:
-        """Commit the step's output unless one is already recorded; return the recorded output."""
-        with self._write():
-            updated = self.conn.execute(
-                "UPDATE steps SET status = 'complete', output = ?, completed_at = ?"
-                " WHERE workflow_id = ? AND name = ? AND status != 'complete'",
-                (output_json, now(), self.id, name),
-            ).rowcount
-            if not updated:
-                return self._adopt_recorded_output(name)
-            self.journal._event(self.id, name, "step_completed")
-        if f"after_commit:{name}" in armed:
+    def _commit_output(self, name: str, output: tuple[str, Any], armed: set[str]) -> Any:
+        """Commit the step's output (JSON, decoded) unless one is already recorded; return the recorded output.
+
+        One statement that also checks this replay's token (``COMMIT_OUTPUT``),
+        synced at the journal's level before the output is returned. If the
+        statement writes nothing, the token is checked in a transaction
+        (``LeaseLost`` if superseded) and the output some other process
+        recorded first is returned.
+        """
+        output_json, decoded = output
+        updated = write(self.conn, COMMIT_OUTPUT, (self.id, name, output_json, now(), os.getpid(),
+                                                   None if self.lease is None else self.lease.token))
+        if not updated:
+            with self._write():
+                pass
+            return self._adopt_recorded_output(name)
+        self._synced()
+        if armed and f"after_commit:{name}" in armed:
             trip(self.conn, f"after_commit:{name}", self.id)
         self._outputs[name] = output_json
-        return json.loads(output_json)
+        return decoded
 
     def _adopt_recorded_output(self, name: str) -> Any:
         # One recorded outcome per step: a later attempt returns the first outcome, never replaces it.
@@ -723,18 +849,28 @@ class Workflow:
                 "UPDATE workflows SET status = 'running', updated_at = ? WHERE id = ?", (now(), self.id))
             self.journal._event(self.id, None, "replay_started", f"{len(self._outputs)} completed steps on record")
 
-    def finish(self, output: Any) -> None:
-        """Commit the workflow's output and status ``complete`` (with any pending reuse events)."""
-        output_json = to_json(output, self.id, None, "workflow's output")
+    def finish(self, output: Any) -> Any:
+        """Commit the workflow's output and status ``complete`` and give the lease up; return the stored output.
+
+        Not synced inside ``Journal.relaxed``: a replay computes the same
+        output from the steps' synced outputs. Under a lease, with no reuse event
+        pending, one statement (``COMPLETE``) that also checks the token.
+        """
+        output_json, decoded = encode(output, self.id, None, "workflow's output")
         problem = change.steps_left_over(self._by_position, self._position)
         if problem:
             self._block(problem)
-        with self._write(last=True):
-            self._write_reused()
-            self.conn.execute(
-                "UPDATE workflows SET status = 'complete', output = ?, error = NULL, updated_at = ? WHERE id = ?",
-                (output_json, now(), self.id))
-            self.journal._event(self.id, None, "workflow_completed")
+        parameters = (self.id, output_json, now(), os.getpid())
+        if self.lease is not None and not self._reused:
+            if not write(self.conn, COMPLETE, (*parameters, self.lease.token)):
+                with self._write():  # the token moved on: LeaseLost
+                    pass
+            self.released = True
+        else:
+            with self._write(synced=False, last=True):
+                self._write_reused()
+                self.conn.execute(f"{RECORD_COMPLETION} WHERE id = ?1", parameters)
+        return decoded
 
     def fail(self, error: BaseException) -> None:
         """Commit status ``failed`` with the error (with any pending reuse events)."""
@@ -765,45 +901,49 @@ def run_workflow(journal: Journal, workflow_id: str, lease: Lease | None = None,
     is raised without marking anything: the workflow resumes once the
     storage answers.
     """
-    row = journal.workflow(workflow_id)
-    if row["status"] in FINAL_STATUSES:
-        return row["output"]
-    fn = WORKFLOWS.get(row["kind"])
-    if fn is None:
-        raise WorkflowError(
-            f"workflow {workflow_id!r} is of kind {row['kind']!r}, which no imported module registered; "
-            f"known kinds: {sorted(WORKFLOWS)}. Import the module that defines it (or pass --module FILE)."
-        )
-    claimed = lease  # released at the end, fenced or not
-    wf = None
-    if not fenced:
-        lease = None
-    elif lease is None:
-        lease = claimed = grant(journal.conn, workflow_id, new_owner(), only_if_due=False)
-        if lease is None:  # it reached a final status before the grant
-            return journal.workflow(workflow_id)["output"]
-    try:
-        with Heartbeat(journal.path, lease) if lease else nullcontext() as heartbeat:
-            wf = journal.open(workflow_id, lease, heartbeat)
-            if claimed is None:  # no grant recorded the replay's start
-                wf.begin()
-            try:
-                output = fn(wf)
-                wf.finish(output)
-            except (Suspended, Ended):
-                return None
-            except Exception as exc:
-                if not is_storage_fault(exc):
-                    wf.fail(exc)
-                raise
-    except LeaseLost as lost:
-        with immediate(journal.conn):
-            append_event(journal.conn, workflow_id, None, "stale_write_refused", str(lost))
-        return None
-    finally:
-        if claimed and not (wf is not None and wf.released):  # the replay's last write let go already
-            try:
-                release(journal.conn, claimed)
-            except sqlite3.Error:  # storage fault: the lease expires by itself
-                pass
-    return json.loads(to_json(output, workflow_id, None, "workflow's output"))
+    with journal.relaxed():  # each write that must outlive a power loss is synced by itself
+        claimed, wf = lease, None  # a lease to give up at the end, fenced or not
+        try:
+            with immediate(journal.conn):  # read, check, grant and read the steps: one transaction
+                row = journal.conn.execute("SELECT id, kind, input, status, version, fencing_token, output"
+                                           " FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
+                if row is None:
+                    journal.row_for_update(workflow_id)  # the error that names the id
+                if row["status"] in FINAL_STATUSES:
+                    return from_json(row["output"])
+                fn = WORKFLOWS.get(row["kind"])
+                if fn is None:
+                    raise WorkflowError(
+                        f"workflow {workflow_id!r} is of kind {row['kind']!r}, which no imported module registered; "
+                        f"known kinds: {sorted(WORKFLOWS)}. Import the module that defines it (or pass --module FILE).")
+                if not fenced:
+                    lease = None
+                elif lease is None:  # unsynced: the token is synced before it leaves (Workflow.fencing_token)
+                    lease = claimed = grant_in_transaction(journal.conn, workflow_id, new_owner(), LEASE_SECONDS,
+                                                           only_if_due=False)
+                elif row["fencing_token"] != lease.token:  # a worker's lease, superseded since its claim
+                    raise superseded(lease, row["fencing_token"])
+                wf = Workflow(journal, {**dict(row), "input": from_json(row["input"])}, lease)
+            with Heartbeat(journal.path, lease) if lease else nullcontext() as heartbeat:
+                wf.heartbeat = heartbeat
+                if claimed is None:  # no grant recorded the replay's start
+                    wf.begin()
+                try:
+                    output = wf.finish(fn(wf))
+                except (Suspended, Ended):
+                    return None
+                except Exception as exc:
+                    if not is_storage_fault(exc):
+                        wf.fail(exc)
+                    raise
+        except LeaseLost as lost:
+            with immediate(journal.conn):
+                append_event(journal.conn, workflow_id, None, "stale_write_refused", str(lost))
+            return None
+        finally:
+            if claimed and not (wf is not None and wf.released):  # the replay's last write let go already
+                try:
+                    release(journal.conn, claimed)
+                except sqlite3.Error:  # storage fault: the lease expires by itself
+                    pass
+    return output

@@ -39,7 +39,6 @@ import socket
 import sqlite3
 import threading
 import time
-import uuid
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -82,7 +81,7 @@ def machine() -> str:
 
 def new_owner() -> str:
     """A name for this process as a lease owner: ``machine:pid:nonce`` (see ``machine``)."""
-    return f"{machine()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+    return f"{machine()}:{os.getpid()}:{os.urandom(3).hex()}"
 
 
 def owner_is_gone(owner: str | None) -> bool:
@@ -115,6 +114,16 @@ def _is_zombie(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
 
 
+# A new lease, a new token and status running, unless the workflow is final; the token and how many
+# steps are complete come back. GRANT_IF_DUE also needs it due (one more parameter: now).
+GRANT = (f"UPDATE workflows SET status = 'running', owner = ?, lease_expires_at = {DB_NOW} + ?,"
+         " fencing_token = fencing_token + 1, updated_at = ? WHERE id = ?"
+         f" AND status NOT IN ({', '.join('?' * len(FINAL_STATUSES))})"
+         " RETURNING fencing_token, (SELECT COUNT(*) FROM steps WHERE workflow_id = id AND status = 'complete')"
+         " AS completed")
+GRANT_IF_DUE = GRANT.replace(" RETURNING", f" AND {DUE} RETURNING")
+
+
 def grant(conn: sqlite3.Connection, workflow_id: str, owner: str, seconds: float = LEASE_SECONDS,
           only_if_due: bool = True) -> Lease | None:
     """Grant ``owner`` a lease on the workflow and mark it *running*; None if it is not due.
@@ -134,18 +143,11 @@ def grant_in_transaction(conn: sqlite3.Connection, workflow_id: str, owner: str,
     The same commit records that a replay starts (``replay_started``, with how
     many completed steps are on record): the lease exists to replay the workflow.
     """
-    sql = (f"UPDATE workflows SET status = 'running', owner = ?, lease_expires_at = {DB_NOW} + ?,"
-           " fencing_token = fencing_token + 1, updated_at = ? WHERE id = ?")
-    sql += f" AND status NOT IN ({', '.join('?' * len(FINAL_STATUSES))})"
-    args = [owner, seconds, now(), workflow_id, *FINAL_STATUSES]
-    if only_if_due:
-        sql, args = f"{sql} AND {DUE}", args + [now()]
-    row = conn.execute(sql + " RETURNING fencing_token", args).fetchone()
+    args = (owner, seconds, now(), workflow_id, *FINAL_STATUSES) + ((now(),) if only_if_due else ())
+    row = conn.execute(GRANT_IF_DUE if only_if_due else GRANT, args).fetchone()
     if row is None:
         return None
-    completed = conn.execute("SELECT COUNT(*) FROM steps WHERE workflow_id = ? AND status = 'complete'",
-                             (workflow_id,)).fetchone()[0]
-    append_event(conn, workflow_id, None, "replay_started", f"{completed} completed steps on record")
+    append_event(conn, workflow_id, None, "replay_started", f"{row['completed']} completed steps on record")
     return Lease(workflow_id, owner, row["fencing_token"], seconds)
 
 
@@ -242,7 +244,8 @@ class Heartbeat:
     One thread per process renews every lease the process holds, each about
     every third of its length, all of a journal's due leases in one
     transaction, on a connection of the thread's own (opened at the first
-    renewal, closed once no lease on that journal is left). A busy or locked
+    renewal, closed within a second once no lease on that journal is left).
+    A replay shorter than a third of its lease never wakes the thread. A busy or locked
     database is tried again at the next beat; nothing is printed. ``gave_up``
     becomes True when a renewal finds the lease lost or expired: the owner
     then starts no new attempt (``Workflow._fence``), and its next journal
@@ -265,25 +268,26 @@ class Heartbeat:
 class _Renewer:
     """The one thread of a process that renews its leases (``Heartbeat``)."""
 
+    IDLE_LOOK = 1.0  # seconds between looks when no renewal is due sooner
+
     def __init__(self):
         self.pid = os.getpid()
         self.beating: set[Heartbeat] = set()
         self.wake = threading.Condition()
+        self.looks_at = 0.0  # monotonic time of the thread's next look by itself; 0 while it is looking
         self.thread = threading.Thread(target=self._run, name="lease renewals", daemon=True)
         self.thread.start()
 
     def add(self, heartbeat: Heartbeat) -> None:
+        # A short replay adds and discards its heartbeat without ever waking the thread.
         with self.wake:
-            sooner = all(heartbeat.due_at < other.due_at for other in self.beating)
             self.beating.add(heartbeat)
-            if sooner:  # otherwise the thread already wakes in time
+            if heartbeat.due_at < self.looks_at:  # due before the thread's next look
                 self.wake.notify()
 
     def discard(self, heartbeat: Heartbeat) -> None:
-        with self.wake:
+        with self.wake:  # a journal's connection left without a lease is closed at the thread's next look
             self.beating.discard(heartbeat)
-            if all(other.db_path != heartbeat.db_path for other in self.beating):
-                self.wake.notify()  # to close that journal's connection
 
     def _run(self) -> None:
         conns: dict[str, sqlite3.Connection] = {}
@@ -295,8 +299,9 @@ class _Renewer:
                     due = [h for h in self.beating if h.due_at <= time.monotonic()]
                     if due:
                         break
-                    soonest = min((h.due_at for h in self.beating), default=None)
-                    self.wake.wait(None if soonest is None else max(0.0, soonest - time.monotonic()))
+                    self.looks_at = min([time.monotonic() + self.IDLE_LOOK, *(h.due_at for h in self.beating)])
+                    self.wake.wait(max(0.0, self.looks_at - time.monotonic()))
+                self.looks_at = 0.0
             for path in {h.db_path for h in due}:
                 self._renew_all(conns, path, [h for h in due if h.db_path == path])
 

@@ -19,7 +19,7 @@ from urllib.parse import quote
 from .redact import redact
 from typing import Any, Iterator
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 SYNCHRONOUS_LEVELS = ("OFF", "NORMAL", "FULL", "EXTRA")
 
 SCHEMA = """
@@ -45,6 +45,11 @@ CREATE TABLE IF NOT EXISTS workflows (
     cancel_requested TEXT,  -- JSON {by, reason}: stop at the next step boundary and compensate
     origin       TEXT,  -- JSON {workflow, up_to}: the workflow it was forked from
     created_at   REAL NOT NULL,
+    created_by   INTEGER,  -- the process that started it (NULL for a fork, whose history says so)
+    -- When it completed, by which process, after which history event (the timeline view reads them here)
+    completed_at    REAL,
+    completed_by    INTEGER,
+    completed_after INTEGER,
     updated_at   REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS steps (
@@ -59,8 +64,15 @@ CREATE TABLE IF NOT EXISTS steps (
     repair_message  TEXT,  -- the validation message a repair answers (a retry repeats the repair, not the request)
     position        INTEGER,  -- its place in the workflow's order of steps, checked on every replay
     versions        TEXT,  -- JSON: prompt, model, policy or source versions the step ran under
+    -- Its first attempt and its output, each written by one statement with the row: when, by which process,
+    -- and after which history event (seq). The timeline view reads them from here, so the history table
+    -- keeps no copy. NULL by for a row no attempt wrote (a fork's copy, an outbox intent, a patch decision).
     started_at      REAL,
+    started_by      INTEGER,
+    started_after   INTEGER,
     completed_at    REAL,
+    completed_by    INTEGER,
+    completed_after INTEGER,
     PRIMARY KEY (workflow_id, name)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS escalations (
@@ -100,6 +112,7 @@ CREATE TABLE IF NOT EXISTS outbox (
     created_at  REAL NOT NULL,
     sent_at     REAL
 );
+-- Events that no row records: replays, reuse, later attempts, failures, waits, decisions, faults, leases.
 CREATE TABLE IF NOT EXISTS history (
     workflow_id TEXT NOT NULL,
     seq         INTEGER NOT NULL,  -- 1, 2, 3, ... within the workflow
@@ -110,6 +123,24 @@ CREATE TABLE IF NOT EXISTS history (
     at          REAL NOT NULL,
     PRIMARY KEY (workflow_id, seq)
 ) WITHOUT ROWID;
+-- A workflow's whole story, oldest first by (after, derived, at): the history table's events, and the events
+-- the rows already say (a workflow started, a step's first attempt started, a step completed, the workflow
+-- completed), each placed after the history event that was last when it was written.
+CREATE VIEW IF NOT EXISTS timeline (workflow_id, after, derived, at, pid, step, event, detail) AS
+    SELECT workflow_id, seq, 0, at, pid, step, event, detail FROM history
+    UNION ALL
+    SELECT id, 0, 1, created_at, created_by, NULL, 'workflow_created',
+           kind || CASE WHEN version IS NULL THEN '' ELSE ' (version ' || version || ')' END
+      FROM workflows WHERE created_by IS NOT NULL
+    UNION ALL
+    SELECT workflow_id, started_after, 1, started_at, started_by, name, 'step_started', 'attempt 1'
+      FROM steps WHERE started_by IS NOT NULL
+    UNION ALL
+    SELECT workflow_id, completed_after, 1, completed_at, completed_by, name, 'step_completed', NULL
+      FROM steps WHERE completed_by IS NOT NULL
+    UNION ALL
+    SELECT id, completed_after, 1, completed_at, completed_by, NULL, 'workflow_completed', NULL
+      FROM workflows WHERE completed_by IS NOT NULL;
 CREATE TABLE IF NOT EXISTS faults (
     point   TEXT PRIMARY KEY,
     action  TEXT NOT NULL CHECK (action IN ('exit', 'kill', 'fail', 'delay')),
@@ -143,7 +174,7 @@ def default_busy_timeout_ms() -> int:
 
 
 def connect(path: str | Path, synchronous: str = "FULL", busy_timeout_ms: int | None = None,
-            create: bool = True) -> sqlite3.Connection:
+            create: bool = True, schema: bool = True) -> sqlite3.Connection:
     """Open a journal in WAL mode (creating it, and its schema, if ``create``); commits are durable per ``synchronous``.
 
     ``FULL`` syncs the write-ahead log on every commit. ``NORMAL`` keeps every
@@ -164,7 +195,8 @@ def connect(path: str | Path, synchronous: str = "FULL", busy_timeout_ms: int | 
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute(f"PRAGMA synchronous = {level}")
     conn.execute("PRAGMA foreign_keys = ON")
-    _ensure_schema(conn, path)
+    if schema:  # False for a second connection to a journal this process already opened
+        _ensure_schema(conn, path)
     return conn
 
 
@@ -291,6 +323,24 @@ class OutsideWorld:
 BEGIN_ATTEMPTS = 4
 
 
+def write(conn: sqlite3.Connection, sql: str, parameters: tuple = ()) -> int:
+    """Run one write statement as a transaction of its own; how many rows it changed.
+
+    Outside BEGIN, one INSERT, UPDATE or DELETE is its own transaction, and
+    SQLite takes the write lock before the statement reads anything: a check
+    in its WHERE clause and its write cannot be separated by another writer,
+    just as inside ``BEGIN IMMEDIATE``, for two statements less. A lock still
+    busy after the busy timeout is tried again, like ``immediate``'s BEGIN.
+    """
+    for attempt in range(1, BEGIN_ATTEMPTS + 1):
+        try:
+            return conn.execute(sql, parameters).rowcount
+        except sqlite3.OperationalError as error:  # nothing was written: the statement rolled back
+            if "locked" not in str(error) or attempt == BEGIN_ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")
+
+
 @contextmanager
 def immediate(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     """Run the block in one ``BEGIN IMMEDIATE`` transaction: all of it commits, or none of it.
@@ -315,16 +365,33 @@ def immediate(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     conn.execute("COMMIT")
 
 
+_ENCODE = json.JSONEncoder(allow_nan=False, sort_keys=True, separators=(",", ":")).encode
+
+
 def to_json(value: Any, workflow_id: str, step: str | None, what: str,
             outcome: str = "Nothing was written.") -> str:
     """Encode ``value`` as strict JSON with secrets redacted, or raise ``NotJSON`` naming the workflow and step."""
-    # Checked first: json.dumps would silently turn int, float, bool and None keys into strings.
-    problem = _describe_json_problem(value)
-    if problem is None:
-        try:
-            return redact(json.dumps(value, allow_nan=False, sort_keys=True, separators=(",", ":")))
-        except (TypeError, ValueError) as exc:  # for example a circular reference
-            problem = str(exc)
+    return encode(value, workflow_id, step, what, outcome)[0]
+
+
+def encode(value: Any, workflow_id: str, step: str | None, what: str,
+           outcome: str = "Nothing was written.") -> tuple[str, Any]:
+    """``to_json``, with that JSON decoded again: what every later read of the stored value returns."""
+    if value is None:
+        return "null", None
+    try:
+        text = redact(_ENCODE(value))
+        decoded = json.loads(text)
+    except (TypeError, ValueError) as exc:  # not JSON, NaN or infinite, a circular reference
+        problem = _describe_json_problem(value) or str(exc)
+    else:
+        # json.dumps silently turns int, float, bool and None keys into strings: a value that does not come
+        # back equal is walked to find out why (a tuple, or a redacted secret, is fine).
+        if decoded == value:
+            return text, decoded
+        problem = _describe_json_problem(value)
+        if problem is None:
+            return text, decoded
     where = f"workflow {workflow_id!r}" + (f", step {step!r}" if step else "")
     raise NotJSON(
         f"{where}: the {what} cannot be stored as JSON ({problem}). "
@@ -364,9 +431,11 @@ def _find_problem(value: Any, open_ids: set[int]) -> tuple[list, str] | None:
     return None
 
 
+# The next seq as a scalar subquery: an INSERT ... SELECT from the table it inserts into would first copy
+# the selected row to a temporary table.
 APPEND_EVENT = (
     "INSERT INTO history (workflow_id, seq, step, event, detail, pid, at)"
-    " SELECT ?1, COALESCE(MAX(seq), 0) + 1, ?2, ?3, ?4, ?5, ?6 FROM history WHERE workflow_id = ?1"
+    " VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM history WHERE workflow_id = ?1), ?2, ?3, ?4, ?5, ?6)"
 )
 
 
@@ -381,6 +450,11 @@ def from_json(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
 
+_last_now = 0.0
+
+
 def now() -> float:
-    """Wall-clock seconds; stored for people to read, never used to order events."""
-    return time.time()
+    """Wall-clock seconds, never the same twice in one process; for people to read, never used to replay."""
+    global _last_now
+    _last_now = max(time.time(), _last_now + 1e-6)  # two events of one process never tie in the timeline
+    return _last_now

@@ -55,7 +55,8 @@ def due_workflows(journal: Journal) -> list[str]:
 def claim(journal: Journal, workflow_id: str, owner: str | None = None,
           lease_seconds: float = LEASE_SECONDS) -> Lease | None:
     """Atomically take one due workflow under a new lease; None if it is no longer due."""
-    return grant(journal.conn, workflow_id, owner or new_owner(), lease_seconds)
+    with journal.relaxed():  # unsynced, like every grant: the token is synced before it leaves (Workflow.fencing_token)
+        return grant(journal.conn, workflow_id, owner or new_owner(), lease_seconds)
 
 
 def claim_next(journal: Journal, owner: str, lease_seconds: float = LEASE_SECONDS,
@@ -66,12 +67,13 @@ def claim_next(journal: Journal, owner: str, lease_seconds: float = LEASE_SECOND
     database never queue up on claims that another worker already won.
     """
     kinds, skipped = sorted(WORKFLOWS), sorted(skip)
-    with immediate(journal.conn):
-        row = journal.conn.execute(
+    # Unsynced, like every grant: the token is synced before it leaves (Workflow.fencing_token).
+    with journal.relaxed() as conn, immediate(conn):
+        row = conn.execute(
             f"SELECT id FROM workflows WHERE {DUE}"
             f" AND kind IN ({', '.join('?' * len(kinds))}) AND id NOT IN ({', '.join('?' * len(skipped))})"
             " ORDER BY next_run_at, id LIMIT 1", (now(), *kinds, *skipped)).fetchone()
-        return None if row is None else grant_in_transaction(journal.conn, row["id"], owner, lease_seconds)
+        return None if row is None else grant_in_transaction(conn, row["id"], owner, lease_seconds)
 
 
 def run_due(journal: Journal, log=print, owner: str | None = None, lease_seconds: float = LEASE_SECONDS,

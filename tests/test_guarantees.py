@@ -180,7 +180,13 @@ def counted(wf):
 '''
 
 
-def test_a_workflow_escalated_between_the_status_read_and_the_grant_is_not_run(tmp_path, monkeypatch):
+ESCALATE = ("import sqlite3, sys; c = sqlite3.connect(sys.argv[1], timeout=float(sys.argv[2]));"
+            "c.execute(\"UPDATE workflows SET status = 'escalated', error = 'by a person' WHERE id = 'c1'\");"
+            " c.commit()")
+
+
+def test_no_escalation_slips_between_the_status_read_and_the_grant_and_an_escalated_workflow_is_not_run(
+        tmp_path, monkeypatch):
     module, db = tmp_path / "counted.py", tmp_path / "journal.db"
     module.write_text(ESCALATES)
     import importlib.util
@@ -190,21 +196,26 @@ def test_a_workflow_escalated_between_the_status_read_and_the_grant_is_not_run(t
     journal.start("counted", {}, "c1")
 
     import durable_kit.journal as journal_module
-    real_grant = journal_module.grant
+    real_grant, tried = journal_module.grant_in_transaction, []
 
-    def slowed_grant(*args, **kwargs):
-        # Between run_workflow's status read and its grant, another process escalates the workflow.
-        done = run_python("-c", "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]);"
-                                "c.execute(\"UPDATE workflows SET status = 'escalated', error = 'by a person'"
-                                " WHERE id = 'c1'\"); c.commit()", str(db))
-        assert done.returncode == 0, done.stderr
+    def grant_while_a_person_escalates(*args, **kwargs):
+        # Between run_workflow's status read and its grant, another process tries to escalate the workflow.
+        tried.append(run_python("-c", ESCALATE, str(db), "0.2"))
         return real_grant(*args, **kwargs)
 
-    monkeypatch.setattr(journal_module, "grant", slowed_grant)
-    assert run_workflow(journal, "c1") is None
-    assert lines(db.with_suffix(".calls")) == []  # its activity was not called again
-    assert journal.workflow("c1")["status"] == "escalated"
-    assert [e for _, e, _ in events(db, "c1")] == ["workflow_created"]  # nothing was written by the run
+    monkeypatch.setattr(journal_module, "grant_in_transaction", grant_while_a_person_escalates)
+    assert run_workflow(journal, "c1") == "done"
+    assert tried[0].returncode != 0 and "database is locked" in tried[0].stderr  # it had to wait for the commit
+    assert lines(db.with_suffix(".calls")) == ["call"]
+
+    journal.start("counted", {}, "c2")
+    monkeypatch.setattr(journal_module, "grant_in_transaction", real_grant)
+    done = run_python("-c", ESCALATE.replace("'c1'", "'c2'"), str(db), "5")
+    assert done.returncode == 0, done.stderr
+    assert run_workflow(journal, "c2") is None  # escalated before the run: the grant never happens
+    assert lines(db.with_suffix(".calls")) == ["call"]  # its activity was not called
+    assert journal.workflow("c2")["status"] == "escalated"
+    assert [e for _, e, _ in events(db, "c2")] == ["workflow_created"]  # nothing was written by the run
 
 
 # --- 4. A failure and its retry decision commit together ---

@@ -66,21 +66,31 @@ def history(db: Path, workflow_id: str) -> list[dict]:
     try:
         return journal.history(workflow_id)
     finally:
-        journal.conn.close()
+        journal.close()
 
 
 def step_events(db: Path) -> dict[tuple[str, str], list[dict]]:
     """(workflow, step) -> its step_started and step_completed events, oldest first."""
-    conn = sqlite3.connect(str(db))
-    conn.row_factory = sqlite3.Row
+    journal = Journal(db, read_only=True)
     try:
         found = defaultdict(list)
-        for e in conn.execute("SELECT * FROM history WHERE event IN ('step_started', 'step_completed')"
-                              " ORDER BY workflow_id, seq"):
-            found[(e["workflow_id"], e["step"])].append(dict(e))
+        for (workflow_id,) in journal.conn.execute("SELECT id FROM workflows ORDER BY id"):
+            for e in journal.history(workflow_id):
+                if e["event"] in ("step_started", "step_completed"):
+                    found[(workflow_id, e["step"])].append(e)
         return dict(found)
     finally:
-        conn.close()
+        journal.close()
+
+
+def all_events(db: Path) -> Counter:
+    """How many times each event occurs in every workflow's history."""
+    journal = Journal(db, read_only=True)
+    try:
+        return Counter(e["event"] for (workflow_id,) in journal.conn.execute("SELECT id FROM workflows").fetchall()
+                       for e in journal.history(workflow_id))
+    finally:
+        journal.close()
 
 
 def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -301,30 +311,6 @@ def test_run_workflow_takes_a_lease_itself_and_releases_it(db, kinds):
     assert tokens == [(1, True)]
     row = lease_row(journal.conn)
     assert (row["status"], row["owner"], row["lease_expires_at"], row["fencing_token"]) == ("complete", None, None, 1)
-
-
-def test_a_one_step_workflow_costs_four_synced_commits_and_one_marker(db, kinds):
-    # start, the grant (which records the replay's start), the step's output, the end (which lets the lease go),
-    # plus the step's running marker at NORMAL. Before the grant and begin, and the end and release, were
-    # merged this was six synced commits.
-    journal = Journal(db)
-    kind, statements = kinds(), []
-    durable_kit.workflow(kind)(lambda wf: wf.execute_step("s", lambda: "ok"))
-    journal.conn.set_trace_callback(statements.append)
-    journal.start(kind, {}, "w")
-    assert run_workflow(journal, "w") == "ok"
-    journal.conn.set_trace_callback(None)
-    synced, level = [], "FULL"
-    for statement in statements:
-        if statement.startswith("PRAGMA synchronous"):
-            level = statement.split("=")[1].strip()
-        elif statement == "COMMIT":
-            synced.append(level)
-    assert synced == ["FULL", "FULL", "NORMAL", "FULL", "FULL"]
-    assert [e["event"] for e in journal.history("w")] == [
-        "workflow_created", "replay_started", "step_started", "step_completed", "workflow_completed"]
-    row = lease_row(journal.conn)
-    assert (row["status"], row["owner"], row["lease_expires_at"]) == ("complete", None, None)
 
 
 @pytest.mark.parametrize("stop", ["wait", "retry", "end"])
@@ -872,7 +858,7 @@ def test_four_workers_on_sixty_workflows_complete_everything_once(tmp_path):
     assert len(found) == 180
     for key, events in found.items():  # one execution per step: none overlaps another
         assert [e["event"] for e in events] == ["step_started", "step_completed"], key
-    counts = Counter(row[0] for row in sqlite3.connect(str(db)).execute("SELECT event FROM history"))
+    counts = all_events(db)
     assert (counts["replay_started"], counts["workflow_completed"]) == (60, 60)
     assert (counts["recovered"], counts["stale_write_refused"]) == (0, 0)
     assert activity_runs(db) == (180, 0)

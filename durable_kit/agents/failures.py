@@ -128,7 +128,7 @@ def work_until_settled(db_path: str | Path, timeout: float = 60.0, poll: float =
         if worker.poll() is None:
             worker.kill()
             worker.communicate()
-        journal.conn.close()
+        journal.close()
     return worker.returncode
 
 

@@ -279,7 +279,7 @@ def usage(db_path: str | Path, workflow_id: str, model: str = SCRIPTED_MODEL) ->
                 "waiting_for_person_seconds": _person_seconds(journal, workflow_id),
                 "waiting_for_provider_seconds": _spans(events, "workflow_paused", "workflow_resumed")}
     finally:
-        journal.conn.close()
+        journal.close()
 
 
 STOP_EVENTS = ("waiting_for_approval", "waiting_for_clarification", "waiting_for_timer", "workflow_paused",

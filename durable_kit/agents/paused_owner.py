@@ -130,7 +130,7 @@ def pause_before_payment(folder: str | Path, strategy: str, lease_seconds: float
            "journal_refused": _journal_refusal(journal),
            "status": journal.workflow(WORKFLOW_ID)["status"],
            "owner_log": owner_log.splitlines(), "successor_log": successor_log.splitlines()}
-    journal.conn.close()
+    journal.close()
     return row
 
 

@@ -197,7 +197,7 @@ def run_cell(folder: str | Path, strategy: str, crash_point: str, order_id: str 
         "receipts_stored": stored_receipts(journal, f"refund-{order_id}"),
         "notifications_delivered": notifier.count(), "status": journal.workflow(f"refund-{order_id}")["status"],
     }
-    payments.close(), notifier.close(), journal.conn.close()
+    payments.close(), notifier.close(), journal.close()
     return row
 
 

@@ -61,7 +61,7 @@ def start_work(db: str | Path, workflows: int, steps: int, seconds: float) -> li
     journal = Journal(db)
     ids = [journal.start("shared_work", {"steps": steps, "seconds": seconds}, f"w{n:03d}")
            for n in range(1, workflows + 1)]
-    journal.conn.close()
+    journal.close()
     return ids
 
 
@@ -92,7 +92,7 @@ def all_complete(db: str | Path) -> bool:
     try:
         return journal.conn.execute("SELECT COUNT(*) FROM workflows WHERE status != 'complete'").fetchone()[0] == 0
     finally:
-        journal.conn.close()
+        journal.close()
 
 
 def count_events(db: str | Path, event: str) -> int:
@@ -100,7 +100,7 @@ def count_events(db: str | Path, event: str) -> int:
     try:
         return journal.conn.execute("SELECT COUNT(*) FROM history WHERE event = ?", (event,)).fetchone()[0]
     finally:
-        journal.conn.close()
+        journal.close()
 
 
 def finish(*workers: subprocess.Popen) -> list[str]:
@@ -150,7 +150,7 @@ def sigkill_takeover(folder: str | Path, lease_seconds: float = 1.0, steps: int 
     finish(standby)
     journal = Journal(db)
     (recovered_at,) = [e["at"] for e in journal.history("w001") if e["event"] == "recovered"]
-    journal.conn.close()
+    journal.close()
     return row("sigkill_takeover", db, 2, 1, recovered_at - killed_at)
 
 
@@ -170,7 +170,7 @@ def sigstop_fencing(folder: str | Path, lease_seconds: float = 0.6, steps: int =
     finish(standby)
     journal = Journal(db)
     (recovered_at,) = [e["at"] for e in journal.history("w001") if e["event"] == "recovered"]
-    journal.conn.close()
+    journal.close()
     if "lease lost" not in owner_log:
         raise RuntimeError(f"the paused owner did not report its lost lease:\n{owner_log}\n{owner_errors}")
     return row("sigstop_fencing", db, 2, 1, recovered_at - stopped_at)

@@ -90,7 +90,7 @@ def measure(steps: int = 500, rounds: int = 10, postgres: bool = False) -> dict:
                 timings["dbos_sqlite"].append(dbos_round(n, per_round) / per_round)
         finally:
             engine.shutdown()
-            raw.close(), journal.conn.close()
+            raw.close(), journal.close()
         if postgres:
             timings["dbos_postgres"] = postgres_rounds(rounds, per_round)
     us = {name: round(statistics.median(values) * 1e6, 1) for name, values in timings.items()}

@@ -81,7 +81,7 @@ def kit_research_cell(folder: Path, label: str, point: str) -> dict:
                 "steps_stored": sum(s["status"] == "complete" for s in journal.steps("report-1")),
                 "status": journal.workflow("report-1")["status"]}
     finally:
-        journal.conn.close(), ledger.close()
+        journal.close(), ledger.close()
 
 
 def dbos_research_cell(folder: Path, label: str, point: str) -> dict:

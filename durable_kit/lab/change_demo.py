@@ -238,7 +238,7 @@ def _patched_trip_problem(trip_v2: Callable[[Workflow], Any], db: Path) -> str |
                     return f"not quite: replaying {workflow_id} raised {type(error).__name__}: {error}"
             return _outcome_problem(journal, db)
     finally:
-        journal.conn.close()
+        journal.close()
 
 
 def _outcome_problem(journal: Journal, db: Path) -> str | None:

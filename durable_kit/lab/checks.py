@@ -170,7 +170,7 @@ def _execute_step_problem(execute_step: Callable, db: Path) -> str | None:
             return f"{NOT_QUITE} a replay should return {first!r}, got {again!r}"
         return _race_problem(execute_step, journal)
     finally:
-        journal.conn.close()
+        journal.close()
 
 
 def _race_problem(execute_step: Callable, journal: Journal) -> str | None:

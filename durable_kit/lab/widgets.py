@@ -210,7 +210,7 @@ class WorkflowInspector(widgets.VBox):
                 self.refresh(journal)
             except Exception as error:  # the database is busy or gone: say so in the panel, keep following
                 self.summary.value = html.escape(f"(could not read the workflow: {error})", quote=False)
-        journal.conn.close()
+        journal.close()
 
     def refresh(self, journal: Journal | None = None) -> None:
         """Read the workflow, its steps and its history from the database again."""

@@ -44,7 +44,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from .errors import LeaseLost
-from .store import DB_NOW, append_event, immediate, now
+from .store import DB_NOW, append_event, immediate, now, one_of
 
 LEASE_SECONDS = 10.0
 FINAL_STATUSES = ("complete", "escalated", "stopped", "rejected", "cancelled")
@@ -52,7 +52,7 @@ FINAL_STATUSES = ("complete", "escalated", "stopped", "rejected", "cancelled")
 # When a workflow may be claimed: pending (new, decided, or at its retry time), waiting on a timer that
 # has ended, or paused until a time that has come. A wait for a person, and a pause until a person resumes,
 # have no run time (NULL), so they never match. One parameter: now.
-DUE = "status IN ('pending', 'waiting', 'paused') AND next_run_at <= ?"
+DUE = f"({one_of('status', ('pending', 'waiting', 'paused'))}) AND next_run_at <= ?"
 
 __all__ = ["LeaseLost"]  # re-exported: it is raised here
 
@@ -118,7 +118,7 @@ def _is_zombie(pid: int) -> bool:
 # steps are complete come back. GRANT_IF_DUE also needs it due (one more parameter: now).
 GRANT = (f"UPDATE workflows SET status = 'running', owner = ?, lease_expires_at = {DB_NOW} + ?,"
          " fencing_token = fencing_token + 1, updated_at = ? WHERE id = ?"
-         f" AND status NOT IN ({', '.join('?' * len(FINAL_STATUSES))})"
+         f" AND NOT ({one_of('status', FINAL_STATUSES)})"
          " RETURNING fencing_token, (SELECT COUNT(*) FROM steps WHERE workflow_id = id AND status = 'complete')"
          " AS completed")
 GRANT_IF_DUE = GRANT.replace(" RETURNING", f" AND {DUE} RETURNING")
@@ -143,7 +143,7 @@ def grant_in_transaction(conn: sqlite3.Connection, workflow_id: str, owner: str,
     The same commit records that a replay starts (``replay_started``, with how
     many completed steps are on record): the lease exists to replay the workflow.
     """
-    args = (owner, seconds, now(), workflow_id, *FINAL_STATUSES) + ((now(),) if only_if_due else ())
+    args = (owner, seconds, now(), workflow_id) + ((now(),) if only_if_due else ())
     row = conn.execute(GRANT_IF_DUE if only_if_due else GRANT, args).fetchone()
     if row is None:
         return None

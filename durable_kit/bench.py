@@ -212,11 +212,6 @@ def median_us(seconds: list[float], per: int = 1) -> float:
     return statistics.median(s / per for s in seconds) * 1e6
 
 
-def ratio(numerator: float | None, denominator: float | None) -> float | None:
-    """``numerator / denominator`` to two decimals; None if either is missing or zero."""
-    return None if not numerator or not denominator else round(numerator / denominator, 2)
-
-
 def paired_ratio(numerators: list[float], denominators: list[float]) -> float:
     """The median of the ratios of rounds measured back to back, to two decimals.
 
@@ -483,6 +478,8 @@ def installed(engine: str) -> bool:
 def compare(step_counts: tuple[int, ...] = (100,), rounds: int = 5, workflow_rounds: int = 20) -> dict:
     """The same workflows on raw SQLite, the kit, DBOS and LangGraph, in alternating rounds; medians.
 
+    Each ratio is the median of per-round ratios (``paired_ratio``).
+
     Per step: one whole workflow of N trivial steps divided by N (raw: N
     INSERT+COMMIT). Per workflow: one whole 1-step workflow (raw: one
     INSERT+COMMIT). Each engine runs at its own defaults, noted in its row.
@@ -517,10 +514,9 @@ def compare(step_counts: tuple[int, ...] = (100,), rounds: int = 5, workflow_rou
     for name in runners:
         for base in ("raw", "kit"):
             if base in runners:
-                rows[name][f"per_step_vs_{base}"] = {n: ratio(us, rows[base]["per_step_us"][n])
-                                                     for n, us in rows[name]["per_step_us"].items()}
-                rows[name][f"per_workflow_vs_{base}"] = ratio(rows[name]["per_workflow_us"],
-                                                              rows[base]["per_workflow_us"])
+                rows[name][f"per_step_vs_{base}"] = {str(n): paired_ratio(per_step[n][name], per_step[n][base])
+                                                     for n in step_counts}
+                rows[name][f"per_workflow_vs_{base}"] = paired_ratio(per_workflow[name], per_workflow[base])
     return {"command": "compare", "kit": str(PACKAGE_ROOT / "durable_kit"), "step_counts": list(step_counts),
             "rounds": rounds, "workflow_rounds": workflow_rounds, "engines": list(rows.values())}
 

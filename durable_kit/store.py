@@ -26,16 +26,13 @@ def one_of(column: str, values: tuple[str, ...]) -> str:
     """SQL that is true when ``column`` holds one of ``values``: ``column = 'a' OR column = 'b' ...``.
 
     Written out, not as ``column IN ('a', 'b')``: SQLite 3.40 builds a
-    temporary table for an IN list every time a statement runs, and in a
-    CHECK constraint that is every write of the row, about half its cost.
+    temporary table for an IN list every time a statement runs (the schema's
+    CHECK constraints are written out the same way, by hand).
     """
     return " OR ".join(f"{column} = '{value}'" for value in values)
 
 
-WORKFLOW_STATUSES = ("pending", "running", "waiting", "paused", "complete", "failed", "escalated", "stopped",
-                     "rejected", "blocked", "cancelled")
-
-SCHEMA = f"""
+SCHEMA = """
 CREATE TABLE IF NOT EXISTS schema_version (
     version INTEGER NOT NULL
 );
@@ -43,7 +40,11 @@ CREATE TABLE IF NOT EXISTS workflows (
     id           TEXT PRIMARY KEY,
     kind         TEXT NOT NULL,
     input        TEXT NOT NULL,
-    status       TEXT NOT NULL CHECK ({one_of("status", WORKFLOW_STATUSES)}),
+    -- Each CHECK is written out with OR, not as status IN (...): SQLite 3.40 builds a temporary table
+    -- for an IN list every time a statement runs, and here that would be every write of the row.
+    status       TEXT NOT NULL CHECK (status = 'pending' OR status = 'running' OR status = 'waiting'
+                     OR status = 'paused' OR status = 'complete' OR status = 'failed' OR status = 'escalated'
+                     OR status = 'stopped' OR status = 'rejected' OR status = 'blocked' OR status = 'cancelled'),
     output       TEXT,
     error        TEXT,
     next_run_at  REAL DEFAULT 0,  -- may run from this time on (NULL: waits for a person)
@@ -53,8 +54,8 @@ CREATE TABLE IF NOT EXISTS workflows (
     lease_expires_at REAL,  -- by the database's clock (DB_NOW)
     fencing_token INTEGER NOT NULL DEFAULT 0,  -- grows with every lease granted
     version      TEXT,  -- the code version it started under (given, or a hash of the workflow's source)
-    cancel_requested TEXT,  -- JSON {{by, reason}}: stop at the next step boundary and compensate
-    origin       TEXT,  -- JSON {{workflow, up_to}}: the workflow it was forked from
+    cancel_requested TEXT,  -- JSON {by, reason}: stop at the next step boundary and compensate
+    origin       TEXT,  -- JSON {workflow, up_to}: the workflow it was forked from
     created_at   REAL NOT NULL,
     created_by   INTEGER,  -- the process that started it (NULL for a fork, whose history says so)
     -- When it completed, by which process, after which history event (the timeline view reads them here)
@@ -66,7 +67,8 @@ CREATE TABLE IF NOT EXISTS workflows (
 CREATE TABLE IF NOT EXISTS steps (
     workflow_id     TEXT NOT NULL REFERENCES workflows (id),
     name            TEXT NOT NULL,
-    status          TEXT NOT NULL CHECK ({one_of("status", ("running", "complete", "failed", "retrying"))}),
+    status          TEXT NOT NULL CHECK (status = 'running' OR status = 'complete' OR status = 'failed'
+                        OR status = 'retrying'),
     input           TEXT,
     output          TEXT,
     attempts        INTEGER NOT NULL DEFAULT 0,
@@ -77,7 +79,8 @@ CREATE TABLE IF NOT EXISTS steps (
     versions        TEXT,  -- JSON: prompt, model, policy or source versions the step ran under
     -- Its first attempt and its output, each written by one statement with the row: when, by which process,
     -- and after which history event (seq). The timeline view reads them from here, so the history table
-    -- keeps no copy. NULL by for a row no attempt wrote (a fork's copy, an outbox intent, a patch decision).
+    -- keeps no copy. The by columns are NULL in a row no attempt wrote (a fork's copy, an outbox intent,
+    -- a patch decision).
     started_at      REAL,
     started_by      INTEGER,
     started_after   INTEGER,
@@ -97,9 +100,10 @@ CREATE TABLE IF NOT EXISTS escalations (
 CREATE TABLE IF NOT EXISTS waits (
     workflow_id TEXT NOT NULL REFERENCES workflows (id),
     name        TEXT NOT NULL,
-    kind        TEXT NOT NULL CHECK ({one_of("kind", ("approval", "clarification", "timer", "delivery"))}),
+    kind        TEXT NOT NULL CHECK (kind = 'approval' OR kind = 'clarification' OR kind = 'timer'
+                    OR kind = 'delivery'),
     request     TEXT,  -- JSON: what a person is shown (a recommendation and its evidence, a question)
-    status      TEXT NOT NULL CHECK ({one_of("status", ("waiting", "resolved"))}),
+    status      TEXT NOT NULL CHECK (status = 'waiting' OR status = 'resolved'),
     decision    TEXT,  -- JSON: the approval, rejection, answer or receipt, saved before the workflow may run on
     wake_at     REAL,  -- a timer's end or a decision's deadline, computed once when the workflow first reached it
     created_at  REAL NOT NULL,
@@ -117,7 +121,7 @@ CREATE TABLE IF NOT EXISTS outbox (
     action      TEXT NOT NULL,
     destination TEXT NOT NULL,  -- a sender registered with effects.destination
     payload     TEXT NOT NULL,  -- JSON
-    status      TEXT NOT NULL CHECK ({one_of("status", ("pending", "sent"))}),
+    status      TEXT NOT NULL CHECK (status = 'pending' OR status = 'sent'),
     result      TEXT,  -- JSON: the destination's answer
     attempts    INTEGER NOT NULL DEFAULT 0,
     created_at  REAL NOT NULL,
@@ -154,7 +158,7 @@ CREATE VIEW IF NOT EXISTS timeline (workflow_id, after, derived, at, pid, step, 
       FROM workflows WHERE completed_by IS NOT NULL;
 CREATE TABLE IF NOT EXISTS faults (
     point   TEXT PRIMARY KEY,
-    action  TEXT NOT NULL CHECK ({one_of("action", ("exit", "kill", "fail", "delay"))}),
+    action  TEXT NOT NULL CHECK (action = 'exit' OR action = 'kill' OR action = 'fail' OR action = 'delay'),
     seconds REAL NOT NULL DEFAULT 0  -- how long 'delay' sleeps
 );
 """

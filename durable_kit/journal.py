@@ -31,12 +31,12 @@ must outlive a power loss). Every write survives a process crash.
    count, never an output.
 4. Per step, its output (one statement, synced before ``execute_step``
    returns it): one recorded outcome.
-5. The replay's last write, with the lease given up in the same commit. A
-   completed replay's (the output and status ``complete``; one statement,
-   not synced): a replay computes the same output from the steps' synced
-   outputs. Every other stop (a retry time, a wait, a pause, an end, a
-   failure, a block) is synced: it records a time or a decision that a
-   replay must not make again.
+5. The replay's last write, with the lease given up in the same commit.
+   Where the replay completed (the output and status ``complete``; one
+   statement, not synced): a replay computes the same output from the
+   steps' synced outputs. Every other stop (a retry time, a wait, a pause,
+   an end, a failure, a block) is synced: it records a time or a decision
+   that a replay must not make again.
 
 A one-step workflow is therefore synced twice: its start and its step's
 output. Each write's history events are read from the rows themselves where
@@ -239,8 +239,8 @@ class Journal:
         """The workflow's events, oldest first, numbered from 1 (``seq``). For people to read; replay never uses it.
 
         Read from the ``timeline`` view: the history table's events and those
-        the rows already record (the workflow's start, each step's first
-        attempt and its output), so no event is written twice.
+        the rows already record (the workflow's start and completion, each
+        step's first attempt and its output), so no event is written twice.
         """
         rows = self.conn.execute("SELECT step, event, detail, pid, at FROM timeline WHERE workflow_id = ?"
                                  " ORDER BY after, derived, at", (workflow_id,))

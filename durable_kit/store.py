@@ -22,6 +22,7 @@ from typing import Any, Iterator
 SCHEMA_VERSION = 5
 SYNCHRONOUS_LEVELS = ("OFF", "NORMAL", "FULL", "EXTRA")
 
+
 def one_of(column: str, values: tuple[str, ...]) -> str:
     """SQL that is true when ``column`` holds one of ``values``: ``column = 'a' OR column = 'b' ...``.
 
@@ -189,7 +190,7 @@ def default_busy_timeout_ms() -> int:
 
 
 def connect(path: str | Path, synchronous: str = "FULL", busy_timeout_ms: int | None = None,
-            create: bool = True, schema: bool = True) -> sqlite3.Connection:
+            create: bool = True) -> sqlite3.Connection:
     """Open a journal in WAL mode (creating it, and its schema, if ``create``); commits are durable per ``synchronous``.
 
     ``FULL`` syncs the write-ahead log on every commit. ``NORMAL`` keeps every
@@ -210,8 +211,7 @@ def connect(path: str | Path, synchronous: str = "FULL", busy_timeout_ms: int | 
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute(f"PRAGMA synchronous = {level}")
     conn.execute("PRAGMA foreign_keys = ON")
-    if schema:  # False for a second connection to a journal this process already opened
-        _ensure_schema(conn, path)
+    _ensure_schema(conn, path)
     return conn
 
 

@@ -563,7 +563,7 @@ def table(headers: list[str], rows: list[list]) -> str:
 
 
 def steps_report(result: dict) -> str:
-    """The ``steps`` result as three small tables."""
+    """The ``steps`` result as three small tables, under the measured kit's folder (relative to here where it can be)."""
     levels = result["levels"].items()
     per_step = table(["sync", "N", "kit µs/step", "raw µs/step", "kit/raw"],
                      [[level, int(n), row["kit_us"], row["raw_us"], row["ratio"]]
@@ -575,7 +575,17 @@ def steps_report(result: dict) -> str:
     fsyncs = table(["sync", "fsyncs/step", "fsyncs/1-step wf", "fsyncs/raw commit", "note"],
                    [[level, f["per_step"], f["per_one_step_workflow"], f["per_raw_commit"], f["reason"] or ""]
                     for level, figures in levels for f in [figures["fsyncs"]]])
-    return f"{result['kit']} (SQLite {result['sqlite']})\n\n{per_step}\n\n{per_workflow}\n\n{fsyncs}"
+    return f"{shown_path(result['kit'])} (SQLite {result['sqlite']})\n\n{per_step}\n\n{per_workflow}\n\n{fsyncs}"
+
+
+def shown_path(path: str) -> str:
+    """``path`` relative to the working directory when it is on the same branch of the tree, else as it is.
+
+    A report shows where the measured kit lives without printing the
+    machine's own folders (the JSON keeps the whole path).
+    """
+    relative = os.path.relpath(path)
+    return path if relative.startswith(os.pardir + os.sep + os.pardir) else relative
 
 
 def compare_report(result: dict) -> str:

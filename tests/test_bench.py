@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 
@@ -76,3 +77,19 @@ def test_strace_summary_counts_fsync_and_fdatasync(tmp_path):
     assert bench.strace_calls(summary) == 34
     summary.write_text("")  # a process that never synced prints no table
     assert bench.strace_calls(summary) == 0
+
+
+def test_the_report_names_the_kit_without_the_machines_folders(tmp_path, monkeypatch):
+    kit = tmp_path / "checkout" / "durable_kit"
+    kit.mkdir(parents=True)
+    result = {"kit": str(kit), "sqlite": "3.40.1", "levels": {}}
+    monkeypatch.chdir(kit.parent / "durable_kit")
+    assert bench.steps_report(result).splitlines()[0] == ". (SQLite 3.40.1)"
+    notebooks = kit.parent / "notebooks"
+    notebooks.mkdir()
+    monkeypatch.chdir(notebooks)  # where a notebook's kernel runs
+    assert bench.steps_report(result).splitlines()[0] == f"..{os.sep}durable_kit (SQLite 3.40.1)"
+    elsewhere = tmp_path / "a" / "b"
+    elsewhere.mkdir(parents=True)
+    monkeypatch.chdir(elsewhere)  # another branch of the tree: the whole path, as the JSON has it
+    assert bench.steps_report(result).splitlines()[0] == f"{kit} (SQLite 3.40.1)"

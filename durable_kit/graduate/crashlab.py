@@ -249,7 +249,10 @@ def stop(worker: subprocess.Popen) -> int:
 def two_workers(url: str, folder: str | Path, workflows: int = 6) -> dict:
     """Two workers share a queue of refunds on PostgreSQL; worker-1 is SIGKILLed after its first payment.
 
-    Then: nothing is lost, worker-2 drains the rest of the queue, worker-1's
+    worker-1 starts first and worker-2 joins once worker-1 has taken a
+    refund: with both polling from the start, worker-2 could take all six
+    and worker-1 would never reach its crash. Then: nothing is lost, worker-2
+    drains the rest of the queue, worker-1's
     workflow stays pending (no heartbeat tells anyone it died) until worker-1
     restarts with the same executor id: its launch puts the workflow back on
     DBOS's internal queue, and whichever worker polls first runs it. Each
@@ -259,8 +262,7 @@ def two_workers(url: str, folder: str | Path, workflows: int = 6) -> dict:
 
     world = str(prepared(folder) / "pg-world.db")
     worker_1 = start_worker(url, "worker-1", crash_at="after_send:refund")
-    worker_2 = start_worker(url, "worker-2")
-    restarted = None
+    worker_2 = restarted = None
     try:
         dbos_client = client(url)
         try:
@@ -270,6 +272,15 @@ def two_workers(url: str, folder: str | Path, workflows: int = 6) -> dict:
                 dbos_client.enqueue(options, order_id=order_id, strategy="destination_key", world=world)
         finally:
             dbos_client.destroy()
+
+        def taken_by_worker_1() -> list[dict] | None:
+            if worker_1.poll() is not None:  # it took one and died of it already
+                return []
+            rows = workflow_rows(url)
+            return rows if any(r["executor_id"] == "worker-1" and r["status"] == "PENDING" for r in rows) else None
+
+        wait_for(taken_by_worker_1, "worker-1 to take its first refund")
+        worker_2 = start_worker(url, "worker-2")
         killed_exit = worker_1.wait(timeout=60)
 
         def drained() -> list[dict] | None:

@@ -579,7 +579,7 @@ def steps_report(result: dict) -> str:
 
 
 def shown_path(path: str) -> str:
-    """``path`` relative to the working directory when it is on the same branch of the tree, else as it is.
+    """``path`` relative to the working directory if it lies below it or below its parent, else as it is.
 
     A report shows where the measured kit lives without printing the
     machine's own folders (the JSON keeps the whole path).

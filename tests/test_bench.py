@@ -83,7 +83,7 @@ def test_the_report_names_the_kit_without_the_machines_folders(tmp_path, monkeyp
     kit = tmp_path / "checkout" / "durable_kit"
     kit.mkdir(parents=True)
     result = {"kit": str(kit), "sqlite": "3.40.1", "levels": {}}
-    monkeypatch.chdir(kit.parent / "durable_kit")
+    monkeypatch.chdir(kit)
     assert bench.steps_report(result).splitlines()[0] == ". (SQLite 3.40.1)"
     notebooks = kit.parent / "notebooks"
     notebooks.mkdir()

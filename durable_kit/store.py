@@ -14,10 +14,10 @@ import sqlite3
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, Iterator
 from urllib.parse import quote
 
 from .redact import redact
-from typing import Any, Iterator
 
 SCHEMA_VERSION = 5
 SYNCHRONOUS_LEVELS = ("OFF", "NORMAL", "FULL", "EXTRA")

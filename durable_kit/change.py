@@ -127,15 +127,25 @@ def cancel(journal: "Journal", workflow_id: str, by: str, reason: str) -> dict:
     return journal.workflow(workflow_id)
 
 
+def patch_input(position: int) -> str:
+    """A patch decision's stored input: how many steps its replay had placed when it was decided (for ``fork``)."""
+    return json.dumps({"after_position": position})
+
+
 def fork(journal: "Journal", workflow_id: str, new_id: str, up_to: str, by: str, versions: dict[str, str],
          input: dict | None = None) -> str:
     """Start ``new_id`` from ``workflow_id``'s journal: its completed steps up to and including ``up_to``.
 
-    The new workflow reuses those outputs (and the decisions people made
-    before that step), records its origin and the code version it starts
-    under, and runs every later step again, under its own id: its effects
-    carry its own keys, so an effect the original already made is made
-    again. The original is not touched. ``input`` replaces the input.
+    The new workflow reuses those outputs and the decisions recorded before
+    that step: people's decisions, ended timers and deadlines, and the patch
+    decisions (``wf.patched``) taken before it, so its replay follows the
+    original's path. An outbox step (``send_via_outbox``) up to and including
+    ``up_to`` is reused with its delivery: its key stays the original's and
+    nothing is sent again; while that delivery is not sent yet the fork is
+    refused and nothing changes. The fork records its origin and the code
+    version it starts under, and runs every later step again, under its own
+    id: its effects carry its own keys, so an effect the original already
+    made is made again. The original is not touched. ``input`` replaces the input.
     """
     conn = journal.conn
     with immediate(conn):
@@ -150,6 +160,17 @@ def fork(journal: "Journal", workflow_id: str, new_id: str, up_to: str, by: str,
                 " ORDER BY position", (workflow_id,))]
             raise WorkflowError(f"workflow {workflow_id!r} has no completed step {up_to!r} to fork from; "
                                 f"its completed steps, in order: {done}. Nothing was changed.")
+        undelivered = conn.execute(
+            "SELECT o.action, o.key FROM outbox o JOIN steps s ON s.workflow_id = o.workflow_id AND s.name = o.action"
+            " WHERE o.workflow_id = ? AND s.position <= ? AND NOT EXISTS (SELECT 1 FROM waits w"
+            "   WHERE w.workflow_id = o.workflow_id AND w.name = o.action || ':receipt' AND w.status = 'resolved')"
+            " ORDER BY s.position LIMIT 1", (workflow_id, last["position"])).fetchone()
+        if undelivered is not None:
+            action = undelivered["action"]
+            raise WorkflowError(
+                f"workflow {workflow_id!r}: the outbox delivery of step {action!r} (key {undelivered['key']}) is not "
+                f"sent yet, so a fork up to {up_to!r} would wait for it for ever. Fork once a worker has sent it, or "
+                f"up to a step before {action!r} (the fork then sends its own). Nothing was changed.")
         input_json = original["input"] if input is None else to_json(input, new_id, None, "workflow input")
         origin = json.dumps({"workflow": workflow_id, "up_to": up_to, "by": by})
         conn.execute("INSERT INTO workflows (id, kind, input, status, retry_budget, version, origin, created_at,"
@@ -161,11 +182,21 @@ def fork(journal: "Journal", workflow_id: str, new_id: str, up_to: str, by: str,
             " completed_at) SELECT ?, name, status, input, output, 0, position, versions, started_at, completed_at"
             " FROM steps WHERE workflow_id = ? AND status = 'complete' AND position IS NOT NULL AND position <= ?",
             (new_id, workflow_id, last["position"])).rowcount
+        # Patch decisions taken before the fork point (one recorded before their input said where: by time).
+        conn.execute(
+            "INSERT INTO steps (workflow_id, name, status, input, output, attempts, started_at, completed_at)"
+            " SELECT ?, name, status, input, output, 0, started_at, completed_at FROM steps"
+            " WHERE workflow_id = ? AND status = 'complete' AND position IS NULL AND name LIKE 'patched:%'"
+            "   AND COALESCE(json_extract(input, '$.after_position') < ?, completed_at <= ?)",
+            (new_id, workflow_id, last["position"], last["completed_at"]))
+        # Decisions and timers resolved before the fork point; the receipt of every outbox step copied above.
         conn.execute(
             "INSERT INTO waits (workflow_id, name, kind, request, status, decision, wake_at, created_at, resolved_at)"
-            " SELECT ?, name, kind, request, status, decision, wake_at, created_at, resolved_at FROM waits"
-            " WHERE workflow_id = ? AND status = 'resolved' AND kind IN ('approval', 'clarification')"
-            " AND resolved_at <= ?", (new_id, workflow_id, last["completed_at"]))
+            " SELECT ?, name, kind, request, status, decision, wake_at, created_at, resolved_at FROM waits w"
+            " WHERE workflow_id = ?2 AND status = 'resolved' AND CASE WHEN kind = 'delivery'"
+            "   THEN EXISTS (SELECT 1 FROM steps s WHERE s.workflow_id = ?2 AND s.name || ':receipt' = w.name"
+            "     AND s.status = 'complete' AND s.position <= ?3)"
+            "   ELSE resolved_at <= ?4 END", (new_id, workflow_id, last["position"], last["completed_at"]))
         append_event(conn, new_id, None, "workflow_forked",
                      f"from {workflow_id} up to {up_to} by {by}: {copied} completed steps reused")
     return new_id

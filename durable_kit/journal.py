@@ -473,7 +473,8 @@ class Workflow:
         Wrap a change to a workflow's steps in ``if wf.patched("why"):``. A
         workflow that had recorded steps beyond this point before the change
         replays the old path; a new one takes the new path. The answer is
-        recorded the first time, so every later replay agrees.
+        recorded the first time, so every later replay agrees, and so does a
+        fork taken past this line (``Journal.fork`` copies the answer).
         """
         key = f"patched:{name}"
         self._claim_name(key)
@@ -482,10 +483,10 @@ class Workflow:
         new_path = not any(position > self._position for position in self._by_position)
         with self._write():
             self._write_reused()
-            inserted = self.conn.execute(
-                "INSERT INTO steps (workflow_id, name, status, output, attempts, started_at, completed_at)"
-                " VALUES (?, ?, 'complete', ?, 1, ?, ?) ON CONFLICT (workflow_id, name) DO NOTHING",
-                (self.id, key, json.dumps(new_path), now(), now())).rowcount
+            inserted = self.conn.execute(  # its input: how many steps came before it, for a fork (``change.fork``)
+                "INSERT INTO steps (workflow_id, name, status, input, output, attempts, started_at, completed_at)"
+                " VALUES (?, ?, 'complete', ?, ?, 1, ?, ?) ON CONFLICT (workflow_id, name) DO NOTHING",
+                (self.id, key, change.patch_input(self._position), json.dumps(new_path), now(), now())).rowcount
             if inserted:
                 self.journal._event(self.id, key, "patch_decided", "new path" if new_path else "old path (replaying "
                                     "a history written before the change)")

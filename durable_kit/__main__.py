@@ -101,9 +101,15 @@ def cmd_cancel(args) -> int:
     from .journal import Journal
 
     row = Journal(args.db, create=False).cancel(args.workflow, args.by, args.reason)
-    print(json.dumps({"workflow_id": args.workflow, "status": row["status"]}) if args.json
-          else f"{args.workflow}: cancellation saved ({row['status']}); it stops at its next step boundary and "
-               "undoes what it did, newest first")
+    first = json.loads(row["cancel_requested"])
+    if args.json:
+        print(json.dumps({"workflow_id": args.workflow, "status": row["status"], "cancel_requested": first}))
+    elif first != {"by": args.by, "reason": args.reason}:  # cancelling again keeps the first request
+        print(f"{args.workflow}: already being cancelled (requested by {first['by']}: {first['reason']}; "
+              f"status {row['status']}); nothing was changed")
+    else:
+        print(f"{args.workflow}: cancellation saved ({row['status']}); it stops at its next step boundary and "
+              "undoes what it did, newest first")
     return 0
 
 
@@ -180,8 +186,14 @@ def cmd_status(args) -> int:
         origin = json.loads(wf["origin"])
         print(f"  forked from {origin['workflow']} up to step {origin['up_to']} by {origin['by']}")
     if wf["cancel_requested"] and wf["status"] != "cancelled":
+        from .change import too_late
+        from .leases import FINAL_STATUSES
+
         request = json.loads(wf["cancel_requested"])
-        print(f"  cancellation requested by {request['by']}: {request['reason']}")
+        print(f"  {too_late(wf['status'], request)}" if wf["status"] in FINAL_STATUSES
+              else f"  cancellation requested by {request['by']}: {request['reason']}"
+              + ("; it compensates once resumed under code that replays its history" if wf["status"] == "blocked"
+                 else ""))
     if waiting_for:
         print(f"  waiting for {waiting_for['kind']} {waiting_for['name']!r}")
         for key, value in (waiting_for["request"] or {}).items():

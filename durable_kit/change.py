@@ -101,14 +101,31 @@ def within(seconds: float, activity: Callable[[], Any], workflow_id: str, step: 
     return outcome["value"]
 
 
+COMPENSATION = "compensate:"  # a compensation's step name: this prefix and the name of the step it undoes
+
+# What a workflow that ended while a cancellation was asked for did instead, by its final status.
+ENDED_INSTEAD = {"complete": "completed", "escalated": "escalated", "stopped": "stopped", "rejected": "was rejected"}
+
+
+def too_late(status: str, request: dict) -> str:
+    """What ``status`` and ``history`` say of a cancellation that came after the workflow's last boundary."""
+    return (f"{ENDED_INSTEAD.get(status, status)} before the cancellation took effect "
+            f"(requested by {request['by']}: {request['reason']})")
+
+
 def cancel(journal: "Journal", workflow_id: str, by: str, reason: str) -> dict:
     """Ask a workflow to stop at its next step boundary and compensate; return its row.
 
-    Cooperative: a running replay stops before its next new step (or wait),
-    so an activity already running finishes first. A waiting, pending,
-    paused, blocked or failed workflow is made runnable so that a worker
-    runs its compensations. Who and why are recorded. A final workflow is
-    refused and nothing changes; cancelling again keeps the first request.
+    Cooperative: a running replay stops before its next new step or wait
+    (a wait already decided counts, where no later step was recorded), so
+    an activity already running finishes first; a workflow whose code has
+    no boundary left completes, and its history and ``status`` say it
+    completed before the cancellation took effect. A waiting, pending,
+    paused or failed workflow is made runnable so that a worker runs its
+    compensations. Who and why are recorded. A final workflow is refused,
+    and so is a blocked one (its compensations come from code that replays
+    its history, which it does not have); either way nothing changes.
+    Cancelling again keeps the first request.
     """
     if not by.strip() or not reason.strip():
         raise WorkflowError(f"workflow {workflow_id!r}: say who cancels and why; nothing was changed.")
@@ -116,6 +133,11 @@ def cancel(journal: "Journal", workflow_id: str, by: str, reason: str) -> dict:
         row = journal.row_for_update(workflow_id)
         if row["status"] in FINAL_STATUSES:
             raise WorkflowError(f"workflow {workflow_id!r} is already {row['status']}; nothing was changed.")
+        if row["status"] == "blocked":
+            raise WorkflowError(
+                f"workflow {workflow_id!r} is blocked: its code no longer replays its recorded history, so the "
+                "compensations of its steps cannot be found. Deploy code that replays it (for example behind "
+                "wf.patched), resume it, then cancel it. Nothing was changed.")
         if row["cancel_requested"] is None:
             request = to_json({"by": by, "reason": reason}, workflow_id, None, "cancellation")
             journal.conn.execute(

@@ -60,7 +60,7 @@ from .errors import Ended, LeaseLost, NonDeterminism, Suspended, WorkflowError, 
 from .faults import tracing, trip
 from .leases import (FINAL_STATUSES, LEASE_SECONDS, LET_GO, Heartbeat, Lease, check, grant_in_transaction,
                      new_owner, release, superseded)
-from .retries import Crashed, FormatFailure, InvalidRequest, RetryPolicy, record_failure
+from .retries import Crashed, FormatFailure, InvalidRequest, RetryPolicy, decide, record_failure
 from .redact import redact, register_secret
 from .store import (DB_NOW, append_event, connect, connect_read_only, encode, from_json, immediate, now, to_json,
                     write)
@@ -128,11 +128,11 @@ COMMIT_OUTPUT = (
 
 
 # A completed replay's last write as one statement: the output, the status, the lease given up, if the token
-# (?5) is still current. The timeline view reads the completion from the row.
+# (?5) is still current and nobody asked to cancel. The timeline view reads the completion from the row.
 RECORD_COMPLETION = (
     "UPDATE workflows SET status = 'complete', output = ?2, error = NULL, updated_at = ?3, completed_at = ?3,"
     "   completed_by = ?4, completed_after = (SELECT COALESCE(MAX(seq), 0) FROM history WHERE workflow_id = ?1)")
-COMPLETE = f"{RECORD_COMPLETION}, {LET_GO} WHERE id = ?1 AND fencing_token = ?5"
+COMPLETE = f"{RECORD_COMPLETION}, {LET_GO} WHERE id = ?1 AND fencing_token = ?5 AND cancel_requested IS NULL"
 
 
 class Journal:
@@ -517,6 +517,11 @@ class Workflow:
         if compensate is not None:
             self._compensations.append((name, compensate, output))
 
+    def _at_frontier(self) -> bool:
+        """True where this replay has gone past every step it recorded (its compensations aside): a new boundary."""
+        return not any(position > self._position and not recorded["name"].startswith(change.COMPENSATION)
+                       for position, recorded in self._by_position.items())
+
     def _stop_if_cancelled(self) -> None:
         """At a step boundary: if someone cancelled the workflow, compensate what it did and end it *cancelled*."""
         if self._cancelling:
@@ -528,7 +533,7 @@ class Workflow:
         self._cancelling = True
         undone = []
         for name, undo, output in reversed(self._compensations):  # newest first, each a durable step of its own
-            self.execute_step(f"compensate:{name}", partial(undo, output), {"undoes": name},
+            self.execute_step(f"{change.COMPENSATION}{name}", partial(undo, output), {"undoes": name},
                               retry=change.COMPENSATION_RETRY)
             undone.append(name)
         reason = f"cancelled by {request['by']}: {request['reason']}"
@@ -670,9 +675,10 @@ class Workflow:
             raise ValueError(f"end() takes 'rejected', 'stopped' or 'escalated', not {status!r}")
         with self._write(last=True):
             self._write_reused()
-            self.conn.execute("UPDATE workflows SET status = ?, error = ?, updated_at = ? WHERE id = ?",
-                              (status, redact(reason), now(), self.id))
+            late = self.conn.execute("UPDATE workflows SET status = ?, error = ?, updated_at = ? WHERE id = ?"
+                                     " RETURNING cancel_requested", (status, redact(reason), now(), self.id)).fetchone()
             self.journal._event(self.id, None, f"workflow_{status}", reason)
+            self._report_late_cancellation(status, late)
         raise Ended(f"workflow {self.id!r}: {status}: {reason}")
 
     def pause(self, reason: str, until: float | None = None) -> None:
@@ -686,31 +692,68 @@ class Workflow:
         self._stop_if_cancelled()
         with self._write(last=True):
             self._write_reused()
-            self.conn.execute("UPDATE workflows SET status = 'paused', error = ?, next_run_at = ?, updated_at = ?"
-                              " WHERE id = ?", (redact(reason), until, now(), self.id))
-            self.journal._event(self.id, None, "workflow_paused",
-                                reason + ("" if until is None else f" (resumes in {max(0.0, until - now()):.0f} s)"))
+            self._record_pause(reason, until)
         raise Suspended(f"workflow {self.id!r} paused: {reason}")
+
+    def _record_pause(self, reason: str, until: float | None = None) -> None:
+        # Inside the caller's write: status *paused* with its reason, and the event that says so.
+        self.conn.execute("UPDATE workflows SET status = 'paused', error = ?, next_run_at = ?, updated_at = ?"
+                          " WHERE id = ?", (redact(reason), until, now(), self.id))
+        self.journal._event(self.id, None, "workflow_paused",
+                            reason + ("" if until is None else f" (resumes in {max(0.0, until - now()):.0f} s)"))
 
     def _after_failure(self, name: str, error: Exception, retry: RetryPolicy | None) -> Any:
         """Commit the failed attempt and the path it takes in one transaction; raise accordingly.
 
         If the step completed meanwhile (an unfenced racer), that recorded
         output is returned instead: a failure never replaces an output.
+        A compensation (while cancelling) is retried by its policy, and
+        never ends the workflow: a failure that would escalate, stop or fail
+        it pauses it instead (``_compensation_failed``).
         """
         with self._write() as conn:
             self._write_reused()
-            decision = record_failure(conn, self.id, name, error, retry)
-            if decision is not None and decision.path != "fail":  # a retry schedule or an end: this replay stops
+            stuck = self._compensation_failed(name, error, retry) if self._cancelling else None
+            decision = record_failure(conn, self.id, name, error, None if stuck else retry)
+            if decision is not None and stuck:
+                self._record_pause(stuck)
+            if decision is not None and (stuck or decision.path != "fail"):  # a schedule, a pause or an end
                 self._let_go(conn)
         trip(self.conn, f"after_failure:{name}", self.id)
         if decision is None:
             return self._adopt_recorded_output(name)
+        if stuck:
+            raise Suspended(f"workflow {self.id!r} paused: {stuck}")
         if decision.path == "fail":
             raise error
         if decision.path == "retry":
             raise Suspended(f"workflow {self.id!r}, step {name!r}: retry scheduled in {decision.delay:g} s")
         raise Ended(f"workflow {self.id!r}, step {name!r}: {decision.reason}")
+
+    def _compensation_failed(self, name: str, error: Exception, retry: RetryPolicy | None) -> str | None:
+        """Inside the failure's write: None if this compensation's failure is retried, else why the workflow pauses.
+
+        A compensation must happen, and the older ones may run only after it
+        (newest first), so no failure of one ends the workflow: once its
+        policy would not retry (its attempts or the retry budget spent, or a
+        failure no retry answers), the workflow is *paused* for a person. A
+        ``resume`` continues from this compensation; from then on each
+        failed attempt pauses it again.
+        """
+        row = self.conn.execute(
+            "SELECT s.attempts, w.retry_budget - w.retries_used AS budget_left FROM steps s"
+            " JOIN workflows w ON w.id = s.workflow_id WHERE s.workflow_id = ? AND s.name = ?",
+            (self.id, name)).fetchone()
+        if row is None:
+            return None
+        policy = retry or change.COMPENSATION_RETRY
+        decision = decide(error, row["attempts"], policy, row["budget_left"])
+        if decision.path == "retry":
+            return None
+        why = (f"{type(error).__name__} on attempt {row['attempts']}, after a resume: {error}"
+               if row["attempts"] > policy.max_attempts else decision.reason)
+        return (f"cancelling: compensation {name!r} did not succeed ({why}); no older compensation runs before it "
+                "does. Fix the cause, then resume it: it continues from this compensation.")
 
     def _record_attempt_failure(self, name: str, error: Exception) -> None:
         # A failure answered at once (by a repair or a fallback, or by failing the fan-out): no decision to take.
@@ -862,16 +905,23 @@ class Workflow:
         if problem:
             self._block(problem)
         parameters = (self.id, output_json, now(), os.getpid())
-        if self.lease is not None and not self._reused:
-            if not write(self.conn, COMPLETE, (*parameters, self.lease.token)):
-                with self._write():  # the token moved on: LeaseLost
-                    pass
+        if self.lease is not None and not self._reused and write(self.conn, COMPLETE, (*parameters, self.lease.token)):
             self.released = True
-        else:
-            with self._write(synced=False, last=True):
-                self._write_reused()
-                self.conn.execute(f"{RECORD_COMPLETION} WHERE id = ?1", parameters)
+            return decoded
+        # Else a transaction: no lease, reuse events to write, the token moved on (LeaseLost) or a cancellation
+        # came after the last boundary, which the history then reports.
+        with self._write(synced=False, last=True):
+            self._write_reused()
+            late = self.conn.execute(f"{RECORD_COMPLETION} WHERE id = ?1 RETURNING cancel_requested",
+                                     parameters).fetchone()
+            self._report_late_cancellation("complete", late)
         return decoded
+
+    def _report_late_cancellation(self, status: str, row) -> None:
+        # Inside the write that ended the workflow: a cancellation asked for meanwhile took no effect; say so.
+        if row is not None and row["cancel_requested"] is not None:
+            self.journal._event(self.id, None, "cancel_too_late",
+                                change.too_late(status, json.loads(row["cancel_requested"])))
 
     def fail(self, error: BaseException) -> None:
         """Commit status ``failed`` with the error (with any pending reuse events)."""

@@ -64,6 +64,8 @@ def wait_for(wf: "Workflow", name: str, kind: str, request: Any = None, seconds:
     select = "SELECT * FROM waits WHERE workflow_id = ? AND name = ?"
     row = _check_kind(wf, name, kind, conn.execute(select, (wf.id, name)).fetchone())
     if row is not None and row["status"] == "resolved":  # a decision never changes: no lock needed
+        if wf._at_frontier():  # nothing recorded after it: a boundary, where a cancellation comes first
+            wf._stop_if_cancelled()
         return from_json(row["decision"])
     wf._stop_if_cancelled()
     request_json = to_json(request, wf.id, name, f"{kind} request")

@@ -158,7 +158,8 @@ def test_a_patch_lets_a_running_workflow_replay_the_old_path_and_new_ones_take_t
 
 # --- cancellation with compensation ---
 
-BOOKING = '''
+# A workflow module's first lines: ``send`` writes one line per call to the file beside the journal.
+SENDER = '''
 from pathlib import Path
 import durable_kit
 from durable_kit import effect_key
@@ -169,7 +170,9 @@ def send(wf, kind, action):
     with Path(wf.db_path).with_suffix(".sent").open("a") as log:
         log.write(f"{kind} {key}\\n")
     return {"key": key}
+'''
 
+BOOKING = SENDER + '''
 
 @durable_kit.workflow("booking")
 def booking(wf):

@@ -9,8 +9,11 @@ change that must reach running workflows goes behind ``Workflow.patched``.
 
 The other ways a long task changes course: a person cancels it (its completed
 effects are undone by their compensations, newest first, each a durable step
-of its own); a step takes too long (``StepTimeout``); a fixed prompt is tried
-again from a given step (``fork``), leaving the original untouched.
+of its own; one that keeps failing pauses the workflow before any older one
+runs, and ``resume`` continues from it); a step takes too long
+(``StepTimeout``); a fixed prompt is tried again from a given step (``fork``,
+which follows the original's recorded decisions up to that step), leaving
+the original untouched.
 """
 from __future__ import annotations
 
@@ -28,7 +31,8 @@ from .store import append_event, from_json, immediate, now, to_json
 if TYPE_CHECKING:
     from .journal import Journal
 
-# A compensation is retried like a flaky call: it must happen, so it escalates only after several tries.
+# A compensation is retried like a flaky call; it must happen, so once its tries are spent it pauses the
+# workflow for a person (``Workflow._compensation_failed``), never ends it.
 COMPENSATION_RETRY = RetryPolicy(max_attempts=5, base_delay=1.0, max_delay=30.0)
 
 

@@ -419,7 +419,7 @@ class Workflow:
         (``NonDeterminism``) before anything after it runs. ``versions``
         (prompt, model, policy, source) are recorded with the step.
         ``compensate(output)`` undoes a completed step if the workflow is
-        cancelled (``Journal.cancel``). ``timeout`` fails an attempt that takes
+        cancelled (``Journal.cancel``; ``_stop_if_cancelled`` says in what order). ``timeout`` fails an attempt that takes
         longer (``StepTimeout``, transient): the activity runs on a thread
         that cannot be stopped, so its late result is discarded but whatever
         it does meanwhile still happens.
@@ -523,7 +523,14 @@ class Workflow:
                        for position, recorded in self._by_position.items())
 
     def _stop_if_cancelled(self) -> None:
-        """At a step boundary: if someone cancelled the workflow, compensate what it did and end it *cancelled*."""
+        """At a step boundary: if someone cancelled the workflow, compensate what it did and end it *cancelled*.
+
+        Every compensation registered so far runs, newest first, each the
+        durable step ``compensate:<step>``: a completed one is reused, so a
+        replay after a crash or a retry continues where the last stopped. One
+        that keeps failing pauses the workflow there (``_compensation_failed``)
+        and no older one runs before it succeeds.
+        """
         if self._cancelling:
             return
         row = self.conn.execute("SELECT cancel_requested FROM workflows WHERE id = ?", (self.id,)).fetchone()

@@ -56,6 +56,9 @@ def wait_for(wf: "Workflow", name: str, kind: str, request: Any = None, seconds:
     good (``{"timed_out": True, "deadline": ...}`` for the deadline). For a
     timer it becomes *waiting* until ``now + seconds``. Either time is fixed
     the first time the line is reached, so every replay agrees on it.
+    A wait is a step boundary: a cancellation is carried out before it
+    waits, and before a saved decision is returned where nothing was
+    recorded after this wait (``Workflow._at_frontier``).
     """
     if kind not in KINDS:
         raise ValueError(f"a wait's kind is one of {KINDS}, not {kind!r}")

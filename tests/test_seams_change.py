@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from durable_kit import Journal, arm
 
 from conftest import ROOT, dump, make_due, wait_until
@@ -115,6 +117,10 @@ def test_a_fork_past_an_outbox_step_reuses_its_intent_and_receipt_and_completes(
         assert (fork["status"], fork["output"]) == ("complete", {"delivered": "m1:notify"}), fork
     assert calls(db, "mail") == ["m1:notify"]  # one intent, one delivery: the fork reused both
     assert steps_of(journal, "m1-notify") == {"draft": 0, "notify": 0, "archive": 1}
+    kit("fork", "--db", str(db), "--workflow", "m1-notify", "--up-to", "archive", "--new-id", "m1-again", "--by",
+        "Dana", "--module", str(module))  # a fork of a fork carries the receipt it was given
+    worker(db, module)
+    assert (journal.workflow("m1-again")["status"], calls(db, "mail")) == ("complete", ["m1:notify"])
     rows = dump(db)["outbox"]
     assert len(rows) == 1 and "'m1:notify'" in rows[0] and "'sent'" in rows[0]
 
@@ -142,6 +148,8 @@ def undo_s2(wf, output):
     send(wf, "undo_s2", "compensate:s2")
     if Path(wf.db_path).with_suffix(".broken").exists():
         raise Transient("the refund service answers 503")
+    if Path(wf.db_path).with_suffix(".buggy").exists():
+        raise KeyError("refund_id")
     return "undone"
 
 
@@ -218,6 +226,22 @@ def test_a_compensation_that_keeps_failing_pauses_the_workflow_and_resume_contin
                                                             "service answers 503")),
                       ("workflow_resumed", "from paused by ops"),
                       ("workflow_cancelled", "cancelled by Dana: plan dropped; compensated s3, s2, s1")]
+
+
+def test_a_compensation_that_raises_a_bug_pauses_at_once_and_resume_after_the_fix_finishes(tmp_path):
+    db, module = saga_cancelled(tmp_path)
+    db.with_suffix(".buggy").touch()
+    worker(db, module)
+    journal = Journal(db)
+    wf = journal.workflow("w1")
+    assert (wf["status"], wf["error"]) == ("paused", PAUSED.format(
+        why="unexpected KeyError (a bug to fix, not a failure class): 'refund_id'"))
+    assert undo_calls(db) == (1, 1, 0)
+    db.with_suffix(".buggy").unlink()
+    kit("resume", "--db", str(db), "--workflow", "w1", "--by", "ops")
+    worker(db, module)
+    assert journal.workflow("w1")["status"] == "cancelled"
+    assert undo_calls(db) == (1, 2, 1)
 
 
 def test_a_compensation_whose_process_is_killed_every_time_pauses_and_skips_none(tmp_path):
@@ -298,11 +322,20 @@ def wait_for_the_cancellation(wf):
 def last_step(wf):
     wf.execute_step("prepare", lambda: "ready", compensate=lambda out: "undone")
     return wf.execute_step("send", lambda: wait_for_the_cancellation(wf))
+
+
+@durable_kit.workflow("last_step_then_end")
+def last_step_then_end(wf):
+    wf.execute_step("prepare", lambda: "ready", compensate=lambda out: "undone")
+    wf.execute_step("send", lambda: wait_for_the_cancellation(wf))
+    wf.end("stopped", "nothing more to do")
 '''
 
 
-def test_a_cancellation_during_the_last_step_is_reported_as_too_late(tmp_path):
-    db, module = started(tmp_path, LAST_STEP, "last_step", "l1")
+@pytest.mark.parametrize("kind, ended", [("last_step", ("complete", "sent", None, "completed")),
+                                         ("last_step_then_end", ("stopped", None, "nothing more to do", "stopped"))])
+def test_a_cancellation_during_the_last_step_is_reported_as_too_late(tmp_path, kind, ended):
+    db, module = started(tmp_path, LAST_STEP, kind, "l1")
     running = subprocess.Popen([sys.executable, "-m", "durable_kit", "worker", "--db", str(db), "--until-idle",
                                 "--module", str(module)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True)
@@ -311,15 +344,17 @@ def test_a_cancellation_during_the_last_step_is_reported_as_too_late(tmp_path):
     assert running.communicate(timeout=120)[0] and running.returncode == 0
     journal = Journal(db)
     wf = journal.workflow("l1")
-    assert (wf["status"], wf["output"]) == ("complete", "sent")
+    status, output, error, said = ended
+    assert (wf["status"], wf["output"], wf["error"]) == (status, output, error)
     assert [s["name"] for s in journal.steps("l1")] == ["prepare", "send"]  # nothing compensated
-    too_late = "completed before the cancellation took effect (requested by Dana: too slow)"
+    too_late = f"{said} before the cancellation took effect (requested by Dana: too slow)"
     last = journal.history("l1")[-1]
     assert (last["event"], last["detail"]) == ("cancel_too_late", too_late)
-    status = kit("status", "--db", str(db), "--workflow", "l1").stdout.splitlines()
-    assert status[:2] == ["l1 (last_step, version " + wf["version"] + "): complete", f"  {too_late}"]
+    lines = kit("status", "--db", str(db), "--workflow", "l1").stdout.splitlines()
+    assert lines[:2] == [f"l1 ({kind}, version {wf['version']}): {status}" + (f" - {error}" if error else ""),
+                         f"  {too_late}"]
     history = kit("history", "--db", str(db), "--workflow", "l1").stdout
-    assert history.count("completed before the cancellation took effect") == 1
+    assert history.count("before the cancellation took effect") == 1
     as_json = json.loads(kit("status", "--db", str(db), "--workflow", "l1", "--json").stdout)
     assert as_json["workflow"]["cancel_requested"] == {"by": "Dana", "reason": "too slow"}
 

@@ -33,8 +33,9 @@ must outlive a power loss). Every write survives a process crash.
    returns it): one recorded outcome.
 5. The replay's last write, with the lease given up in the same commit.
    Where the replay completed (the output and status ``complete``; one
-   statement, not synced): a replay computes the same output from the
-   steps' synced outputs. Every other stop (a retry time, a wait, a pause,
+   statement, or with a cancellation that came after the last boundary a
+   transaction that also records it; not synced): a replay computes the
+   same output from the steps' synced outputs. Every other stop (a retry time, a wait, a pause,
    an end, a failure, a block) is synced: it records a time or a decision
    that a replay must not make again.
 

@@ -96,6 +96,22 @@ def _round_up(minutes: float) -> int:
     return 5 * math.ceil(minutes / 5 - 1e-9)
 
 
+def sections(path: Path) -> list[tuple[str, bool, float]]:
+    """Each ``##`` section of a notebook: its heading, whether it is a deep dive, and its minutes at the model's pace.
+
+    Minutes here are before rounding and without the exercise budget, so a
+    track can add up the sections it uses.
+    """
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    parts: list[tuple[str, list[dict]]] = [("(opening)", [])]
+    for cell in cells:
+        heading = _heading(cell)
+        if heading is not None and heading[0] <= 2 and parts[-1][1]:
+            parts.append((heading[1], []))
+        parts[-1][1].append(cell)
+    return [(title, title.endswith(DEEP_DIVE), reading_minutes(part) * PACE) for title, part in parts]
+
+
 def read(path: Path) -> Reading:
     """The model's figures for one notebook."""
     cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
@@ -115,8 +131,14 @@ def table(folder: Path = NOTEBOOKS) -> list[Reading]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m durable_kit.lab.minutes", description=__doc__.splitlines()[0])
     parser.add_argument("--notebooks", type=Path, default=NOTEBOOKS)
+    parser.add_argument("--sections", action="store_true", help="also each section's minutes, for planning a track")
     args = parser.parse_args(argv)
     rows = table(args.notebooks)
+    if args.sections:
+        for path in sorted(args.notebooks.glob("[0-9][0-9]_*.ipynb")):
+            print(path.name)
+            for title, deep, spent in sections(path):
+                print(f"  {spent:5.1f}  {title}")
     print(f"{'notebook':32} {'words':>6} {'core words':>10} {'exercise':>8} {'minutes':>7} {'core':>5}")
     for r in rows:
         print(f"{r.name:32} {r.words:6} {r.core_words:10} {r.exercise:8} {r.minutes:7} {r.core_minutes:5}")

@@ -20,7 +20,7 @@ import pytest
 from durable_kit import Journal, arm
 
 from conftest import ROOT, dump, make_due, wait_until
-from test_change import PATCHED, SENDER, V1, calls, effects, kit, worker, write
+from test_change import AWAIT_CANCEL, PATCHED, SENDER, V1, calls, effects, kit, worker, write
 
 
 def steps_of(journal: Journal, workflow_id: str) -> dict[str, int]:
@@ -218,7 +218,8 @@ def test_a_compensation_that_keeps_failing_pauses_the_workflow_and_resume_contin
             if s["name"].startswith("compensate:")] == ["compensate:s3", "compensate:s2", "compensate:s1"]
     assert steps_of(journal, "w1")["compensate:s3"] == 1
     assert calls(db, "s4") == []
-    events = [(e["event"], e["detail"]) for e in journal.history("w1") if e["event"] in ("workflow_paused", "workflow_resumed", "workflow_cancelled")]
+    events = [(e["event"], e["detail"]) for e in journal.history("w1")
+              if e["event"] in ("workflow_paused", "workflow_resumed", "workflow_cancelled")]
     assert events == [("workflow_paused", PAUSED.format(why="Transient on attempt 5 of 5: the refund service "
                                                             "answers 503")),
                       ("workflow_resumed", "from paused by ops"),
@@ -302,20 +303,8 @@ def test_a_cancellation_saved_before_the_workflow_blocked_is_carried_out_once_it
 
 # --- (5) a cancellation that arrives during the last step is reported ---
 
-LAST_STEP = '''
-import sqlite3
-import time
+LAST_STEP = AWAIT_CANCEL + '''
 import durable_kit
-
-
-def wait_for_the_cancellation(wf):
-    conn = sqlite3.connect(str(wf.db_path))
-    deadline = time.monotonic() + 60
-    while conn.execute("SELECT cancel_requested FROM workflows WHERE id = ?", (wf.id,)).fetchone()[0] is None:
-        assert time.monotonic() < deadline, "no cancellation came"
-        time.sleep(0.02)
-    conn.close()
-    return "sent"
 
 
 @durable_kit.workflow("last_step")

@@ -301,12 +301,74 @@ def test_an_unkeyed_service_makes_an_effect_per_request_and_answers_reconciliati
     assert cards.effects("charge", booking="trip-2") == [] and cards.effects()[0]["key"] is None
 
 
-def test_a_service_refuses_a_stale_fencing_token_and_does_nothing(tmp_path):
+def test_a_service_refuses_a_stale_fencing_token_for_its_key_and_does_nothing(tmp_path):
     seats = Seats.beside(tmp_path / "j.db")
-    seats.request("hold", {"flight": "LX318"}, "k1", fencing_token=2)
-    with pytest.raises(StaleToken, match="older than 2"):
-        seats.request("hold", {"flight": "LX319"}, "k2", fencing_token=1)
+    seats.request("hold", {"flight": "LX318"}, "w1:hold", fencing_token=2)
+    with pytest.raises(StaleToken, match="'w1:hold': fencing token 1, older than 2"):
+        seats.request("hold", {"flight": "LX318"}, "w1:hold", fencing_token=1)
     assert (seats.request_count(), seats.effect_count()) == (2, 1)
+    assert seats.request("hold", {"flight": "LX319"}, "w2:hold", fencing_token=1)["effect_id"] == "seats-0002"
+    assert seats.request("hold", {"flight": "LX318"}, "w1:hold", fencing_token=3)["effect_id"] == "seats-0001"
+    with pytest.raises(ValueError, match="seats: hold with a fencing token needs the key it fences"):
+        seats.request("hold", {"flight": "LX320"}, fencing_token=4)
+    assert (seats.request_count(), seats.effect_count()) == (4, 2)
+
+
+FENCED = '''
+from durable_kit import KeyedService, UnkeyedService, effect_key, workflow
+
+
+class Seats(KeyedService):
+    name = "seats"
+
+
+class Cards(UnkeyedService):
+    name = "cards"
+
+
+@workflow("booking")
+def booking(wf):
+    for n in range(wf.input["approvals"]):
+        wf.wait_for_approval(f"approval-{n}", {"n": n})
+    seats, cards, token = Seats.beside(wf.db_path), Cards.beside(wf.db_path), wf.fencing_token
+    hold = wf.execute_step("hold", lambda: seats.request(
+        "hold", {"booking": wf.id}, effect_key(wf.id, "hold"), fencing_token=token))
+    charge = wf.execute_step("charge", lambda: cards.request(
+        "charge", {"booking": wf.id}, effect_key(wf.id, "charge"), fencing_token=token))
+    return {"hold": hold["effect_id"], "charge": charge["effect_id"], "token": token}
+'''
+
+
+def _kit(*args):
+    done = run_python("-m", "durable_kit", *map(str, args))
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def test_two_bookings_in_one_journal_are_fenced_each_by_its_own_key(tmp_path):
+    """Tokens count per workflow: a second booking's first token is lower than the first booking's last."""
+    module, db = tmp_path / "fenced.py", tmp_path / "j.db"
+    module.write_text(FENCED)
+    _kit("start", "--db", db, "--kind", "booking", "--input", '{"approvals": 3}', "--id", "b-1", "--module", module)
+    _kit("worker", "--db", db, "--until-idle", "--module", module)
+    for n in range(3):
+        _kit("approve", "--db", db, "--workflow", "b-1", "--by", "ana", "--wait", f"approval-{n}")
+        _kit("worker", "--db", db, "--until-idle", "--module", module)
+    _kit("start", "--db", db, "--kind", "booking", "--input", '{"approvals": 0}', "--id", "b-2", "--module", module)
+    _kit("worker", "--db", db, "--until-idle", "--module", module)
+    conn = connect(db)
+    rows = {r["id"]: r for r in conn.execute("SELECT id, status, output FROM workflows")}
+    assert {i: r["status"] for i, r in rows.items()} == {"b-1": "complete", "b-2": "complete"}
+    first, second = (json.loads(rows[i]["output"])["token"] for i in ("b-1", "b-2"))
+    assert (first, second) == (4, 1)  # four leases for the first (three waits), one for the second
+    seats, cards = Seats.beside(db), Cards.beside(db)
+    assert (seats.request_count(), seats.effect_count(), cards.request_count(), cards.effect_count()) == (2, 2, 2, 2)
+    # Within one key the fence still holds: the first booking's stale owner is refused, and nothing is done.
+    with pytest.raises(StaleToken, match="b-1:hold.*token 3, older than 4"):
+        seats.request("hold", {"booking": "b-1"}, "b-1:hold", fencing_token=3)
+    with pytest.raises(StaleToken, match="b-1:charge.*token 3, older than 4"):
+        cards.request("charge", {"booking": "b-1"}, "b-1:charge", fencing_token=3)
+    assert (seats.request_count(), seats.effect_count(), cards.request_count(), cards.effect_count()) == (3, 2, 3, 2)
 
 
 def test_importing_the_kit_loads_no_engine_no_chart_and_no_dataframe():

@@ -116,9 +116,12 @@ def test_core_only_copy_runs_top_to_bottom(name, learner_notebooks, kernel_on_th
                             resources={"metadata": {"path": str(learner_notebooks)}})
     try:
         client.execute()
+        problem = None
     except CellExecutionError as error:
         failed = next((cell for cell in notebook.cells if cell.get("cell_type") == "code" and any(
             output.get("output_type") == "error" for output in cell.get("outputs", []))), None)
         source = failed["source"] if failed else "(cell not found)"
-        pytest.fail(f"{name}, core only: a cell failed.\n--- cell ---\n{source}\n--- error ---\n"
-                    f"{error.ename}: {error.evalue}", pytrace=False)
+        problem = (f"{name}, core only: a cell failed.\n--- cell ---\n{source}\n--- error ---\n"
+                   f"{error.ename}: {error.evalue}")
+    if problem:
+        pytest.fail(problem, pytrace=False)

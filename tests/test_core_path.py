@@ -26,7 +26,8 @@ from durable_kit.lab import student
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*$")
-DEEP_DIVE = "· deep dive"
+DEEP_DIVE = re.compile(r"\bdeep dive\b", re.IGNORECASE)  # any spelling is cut, so a stray one cannot hide
+SECTION = re.compile(r"^(\d+)\. \S.* · (core|deep dive)$")  # the convention: "## <n>. <title> · core"
 KERNEL = "core-path"
 
 
@@ -53,7 +54,7 @@ def core_only(notebook: dict) -> dict:
             found = None if fenced else heading(line)
             if found and skipping is not None and found[0] <= skipping:
                 skipping = None
-            if found and skipping is None and found[1].endswith(DEEP_DIVE):
+            if found and skipping is None and DEEP_DIVE.search(found[1]):
                 skipping = found[0]
             if skipping is None:
                 kept.append(line)
@@ -75,12 +76,43 @@ def test_core_only_cuts_a_deep_dive_up_to_the_next_heading_of_its_level():
         md("# title\n## 1. a · core\ntext"), code("a = 1"),
         md("## 2. b · deep dive\n### inside\n```\n## not a heading\n```"), code("b = 2"),
         md("more of b\n## 3. c · core\ntext c"), code("c = 3"),
-        md("### 3.1 d · deep dive"), code("d = 4"), md("## Key points"),
+        md("### 3.1 d · deep dive"), code("d = 4"), md("## Deep dive · 4. e"), code("e = 5"), md("## Key points"),
     ]}
     cut = core_only(notebook)
     assert ["".join(c["source"]) for c in cut["cells"]] == [
         "# title\n## 1. a · core\ntext", "a = 1", "## 3. c · core\ntext c", "c = 3", "## Key points"]
-    assert len(notebook["cells"]) == 9
+    assert len(notebook["cells"]) == 11
+
+
+def section_headings(notebook: dict) -> list[str]:
+    """The titles of a notebook's ``##`` headings, in order (code fences skipped)."""
+    titles, fenced = [], False
+    for cell in notebook["cells"]:
+        if cell["cell_type"] != "markdown":
+            continue
+        for line in "".join(cell["source"]).splitlines():
+            if line.lstrip().startswith("```"):
+                fenced = not fenced
+            found = None if fenced else heading(line)
+            if found and found[0] == 2:
+                titles.append(found[1])
+    return titles
+
+
+@pytest.mark.parametrize("path", student.source_notebooks(NOTEBOOKS), ids=lambda path: path.name)
+def test_every_section_heading_follows_the_convention_numbered_in_order(path):
+    titles = section_headings(json.loads(path.read_text(encoding="utf-8")))
+    wrong = [title for title in titles if not SECTION.match(title)]
+    assert not wrong, (f"{path.name}: write each section heading as '## <n>. <title> · core' (or '· deep dive'): "
+                       f"{wrong}")
+    numbers = [int(SECTION.match(title).group(1)) for title in titles]
+    assert numbers == list(range(1, len(titles) + 1)), f"{path.name}: sections numbered {numbers}"
+
+
+def test_the_convention_refuses_other_spellings():
+    assert SECTION.match("3. Kill it · deep dive") and SECTION.match("12. Key points · core")
+    for title in ("Key points", "Deep dive · 6. Usage", "5. Other engines (deep dive)", "7. Exercise"):
+        assert not SECTION.match(title), title
 
 
 @pytest.fixture(scope="module")

@@ -1,9 +1,10 @@
 """Floor 8: change and time. Versions, the determinism check, cancellation, step timeouts and forks.
 
 A durable workflow outlives the code that started it. Replay is only safe if
-the new code asks for the same steps, in the same order, with the same inputs
-as the journal recorded; so every replay checks each step's name at its
-position and, for a completed step, its input, and blocks the workflow at the
+the new code asks for the same steps and waits, in the same order, steps with
+the same inputs, as the journal recorded; so every replay checks each step's
+and wait's name at its position and, for a completed step, its input, and
+blocks the workflow at the
 first difference, before anything after it runs (``Workflow._place``). A
 change that must reach running workflows goes behind ``Workflow.patched``.
 
@@ -45,18 +46,28 @@ def source_version(fn: Callable) -> str:
     return "src-" + hashlib.sha256(source.encode()).hexdigest()[:12]
 
 
-def divergence(recorded: dict[int, dict], position: int, name: str, input_json: str) -> str | None:
-    """What differs between the journal's step at ``position`` and the one the code asks for; None if nothing."""
+def divergence(recorded: dict[int, dict], position: int, name: str, input_json: str | None,
+               wait: bool = False) -> str | None:
+    """What differs between the journal's step or wait at ``position`` and the one the code asks for; None if nothing.
+
+    Steps and waits share one order: a wait renamed, moved or removed after
+    the workflow passed it diverges as a step does.
+    """
     here = recorded.get(position)
+    asked = "wait" if wait else "step"
     if here is None:
         elsewhere = next((p for p, r in recorded.items() if r["name"] == name), None)
         if elsewhere is not None:
-            return (f"step {name!r} is asked for at position {position}, but the journal recorded it at position "
-                    f"{elsewhere} (steps reordered)")
+            return (f"{asked} {name!r} is asked for at position {position}, but the journal recorded it at position "
+                    f"{elsewhere} ({'steps and waits' if wait else 'steps'} reordered)")
         return None
-    if here["name"] != name:
+    if here["name"] != name or here["wait"] != wait:
         later = any(p > position and r["name"] == name for p, r in recorded.items())
         earlier = any(p < position and r["name"] == name for p, r in recorded.items())
+        if here["wait"] or wait:  # a wait is involved: say which is which
+            why = "reordered" if earlier else "removed, or reordered" if later else "renamed, inserted or removed"
+            return (f"at position {position} the journal recorded {'wait' if here['wait'] else 'step'} "
+                    f"{here['name']!r}, but the code asked for {asked} {name!r} ({why})")
         why = ("steps reordered" if earlier else "a step removed, or steps reordered" if later
                else "a step renamed, inserted or removed")
         return (f"at position {position} the journal recorded step {here['name']!r}, but the code asked for "
@@ -68,12 +79,16 @@ def divergence(recorded: dict[int, dict], position: int, name: str, input_json: 
 
 
 def steps_left_over(recorded: dict[int, dict], last_position: int) -> str | None:
-    """At the end of a replay: the completed steps the code no longer asked for, or None."""
-    left = [f"{r['name']!r} (position {p})" for p, r in sorted(recorded.items())
-            if p > last_position and r["status"] == "complete"]
-    if left:
-        return f"the journal recorded completed steps the code no longer asks for: {', '.join(left)} (steps removed)"
-    return None
+    """At the end of a replay: the completed steps and decided waits the code no longer asked for, or None."""
+    left = [(p, r) for p, r in sorted(recorded.items())
+            if p > last_position and r["status"] in ("complete", "resolved")]
+    if not left:
+        return None
+    if not any(r["wait"] for _, r in left):
+        named = ", ".join(f"{r['name']!r} (position {p})" for p, r in left)
+        return f"the journal recorded completed steps the code no longer asks for: {named} (steps removed)"
+    named = ", ".join(f"{'wait' if r['wait'] else 'step'} {r['name']!r} (position {p})" for p, r in left)
+    return f"the journal recorded what the code no longer asks for: {named} (removed)"
 
 
 def within(seconds: float, activity: Callable[[], Any], workflow_id: str, step: str) -> Any:
@@ -162,8 +177,9 @@ def fork(journal: "Journal", workflow_id: str, new_id: str, up_to: str, by: str,
             " FROM steps WHERE workflow_id = ? AND status = 'complete' AND position IS NOT NULL AND position <= ?",
             (new_id, workflow_id, last["position"])).rowcount
         conn.execute(
-            "INSERT INTO waits (workflow_id, name, kind, request, status, decision, wake_at, created_at, resolved_at)"
-            " SELECT ?, name, kind, request, status, decision, wake_at, created_at, resolved_at FROM waits"
+            "INSERT INTO waits (workflow_id, name, kind, request, status, decision, wake_at, created_at, resolved_at,"
+            " position) SELECT ?, name, kind, request, status, decision, wake_at, created_at, resolved_at, position"
+            " FROM waits"
             " WHERE workflow_id = ? AND status = 'resolved' AND kind IN ('approval', 'clarification')"
             " AND resolved_at <= ?", (new_id, workflow_id, last["completed_at"]))
         append_event(conn, new_id, None, "workflow_forked",

@@ -48,6 +48,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager, nullcontext
@@ -319,6 +320,12 @@ class Journal:
         append_event(self.conn, workflow_id, step, event, detail)
 
 
+# What a replay reads once: every step, and every wait's place in the order (one statement).
+RECORDED = ("SELECT name, status, input, output, attempts, next_attempt_at, repair_message, position, 0 AS wait"
+            " FROM steps WHERE workflow_id = ?1 UNION ALL SELECT name, status, NULL, NULL, NULL, NULL, NULL,"
+            " position, 1 FROM waits WHERE workflow_id = ?1 AND position IS NOT NULL")
+
+
 class Workflow:
     """One replay of one workflow, from its first line.
 
@@ -343,12 +350,15 @@ class Workflow:
         self.released = False  # set by the write that gave the lease up
         self._token_synced = False  # whether this replay's grant was put on disk (``fencing_token``)
         self._tracing = tracing()  # read once a replay: every boundary is tripped while it is true
+        self._thread = threading.get_ident()  # the thread that may use ``conn``
         self._recorded: set[str] = set()  # names with a row: a step without one starts by the first-attempt statement
-        for r in self.conn.execute("SELECT name, status, input, output, attempts, next_attempt_at, repair_message,"
-                                   " position FROM steps WHERE workflow_id = ?", (self.id,)):
-            self._recorded.add(r["name"])
+        for r in self.conn.execute(RECORDED, (self.id,)):
             if r["position"] is not None:
-                self._by_position[r["position"]] = {"name": r["name"], "status": r["status"], "input": r["input"]}
+                self._by_position[r["position"]] = {"name": r["name"], "status": r["status"], "input": r["input"],
+                                                    "wait": r["wait"]}
+            if r["wait"]:
+                continue
+            self._recorded.add(r["name"])
             if r["status"] == "complete":
                 self._outputs[r["name"]] = r["output"]
                 continue
@@ -373,6 +383,23 @@ class Workflow:
                                 "in the worker's environment (never in the workflow's input).")
         register_secret(value)
         return value
+
+    @contextmanager
+    def connection_here(self):
+        """The journal's connection for the calling thread: ``conn`` on this replay's own thread.
+
+        On another thread (an activity of a step with ``timeout``, a parallel
+        branch) it is a connection of that thread's own, closed afterwards:
+        an SQLite connection is used only by the thread that opened it.
+        """
+        if threading.get_ident() == self._thread:
+            yield self.conn
+            return
+        conn = connect(self.db_path, create=False)
+        try:
+            yield conn
+        finally:
+            conn.close()
 
     @property
     def fencing_token(self) -> int | None:
@@ -413,16 +440,16 @@ class Workflow:
         ``retry.max_attempts`` such attempts, or ``CRASH_LIMIT`` without a
         policy, the step escalates instead of looping for ever.
 
-        Every replay must ask for the same steps in the same order with the
-        same inputs: a step renamed, reordered, inserted or removed, or a
-        completed step asked for with another input, blocks the workflow
+        Every replay must ask for the same steps and waits in the same order,
+        steps with the same inputs: a step or wait renamed, reordered, inserted
+        or removed, or a completed step asked for with another input, blocks the workflow
         (``NonDeterminism``) before anything after it runs. ``versions``
         (prompt, model, policy, source) are recorded with the step.
         ``compensate(output)`` undoes a completed step if the workflow is
         cancelled (``Journal.cancel``). ``timeout`` fails an attempt that takes
         longer (``StepTimeout``, transient): the activity runs on a thread
         that cannot be stopped, so its late result is discarded but whatever
-        it does meanwhile still happens.
+        it does meanwhile still happens (``send_guarded`` works on that thread).
         """
         self._claim_name(name)
         input_json = to_json(step_input, self.id, name, "step input")
@@ -494,10 +521,10 @@ class Workflow:
         self._outputs[key] = json.dumps(new_path)
         return new_path
 
-    def _place(self, name: str, input_json: str) -> int:
-        """Give the next step its position; block the workflow if the journal recorded something else there."""
+    def _place(self, name: str, input_json: str | None, wait: bool = False) -> int:
+        """Give the next step (or wait) its position; block the workflow if the journal recorded something else there."""
         self._position += 1
-        problem = change.divergence(self._by_position, self._position, name, input_json)
+        problem = change.divergence(self._by_position, self._position, name, input_json, wait)
         if problem:
             self._block(problem)
         return self._position
@@ -551,8 +578,9 @@ class Workflow:
         A branch that raises is marked *failed*; the others still commit, then
         the first error is raised (no retry policy here: retry the whole
         fan-out from a later replay, which reuses what finished).
-        Activities run in other threads: they must not touch ``wf.conn``, and
-        anything they write to SQLite needs a connection opened in that thread.
+        Activities run in other threads: they must not touch ``wf.conn``
+        (``send_guarded`` uses ``wf.connection_here()``), and anything else
+        they write to SQLite needs a connection opened in that thread.
         """
         inputs = inputs or {}
         results: dict[str, Any] = {}

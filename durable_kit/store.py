@@ -19,7 +19,7 @@ from urllib.parse import quote
 
 from .redact import redact
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 SYNCHRONOUS_LEVELS = ("OFF", "NORMAL", "FULL", "EXTRA")
 
 
@@ -76,7 +76,7 @@ CREATE TABLE IF NOT EXISTS steps (
     error           TEXT,
     next_attempt_at REAL,  -- a retrying step does not run before this time
     repair_message  TEXT,  -- the validation message a repair answers (a retry repeats the repair, not the request)
-    position        INTEGER,  -- its place in the workflow's order of steps, checked on every replay
+    position        INTEGER,  -- its place in the workflow's order of steps and waits, checked on every replay
     versions        TEXT,  -- JSON: prompt, model, policy or source versions the step ran under
     -- Its first attempt and its output, each written by one statement with the row: when, by which process,
     -- and after which history event (seq). The timeline view reads them from here, so the history table
@@ -109,6 +109,7 @@ CREATE TABLE IF NOT EXISTS waits (
     wake_at     REAL,  -- a timer's end or a decision's deadline, computed once when the workflow first reached it
     created_at  REAL NOT NULL,
     resolved_at REAL,
+    position    INTEGER,  -- its place in the workflow's order of steps and waits, checked on every replay
     PRIMARY KEY (workflow_id, name)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS reservations (

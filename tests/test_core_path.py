@@ -84,24 +84,28 @@ def test_core_only_cuts_a_deep_dive_up_to_the_next_heading_of_its_level():
     assert len(notebook["cells"]) == 11
 
 
-def section_headings(notebook: dict) -> list[str]:
-    """The titles of a notebook's ``##`` headings, in order (code fences skipped)."""
+def section_headings(notebook: dict) -> list[tuple[str, bool]]:
+    """Each ``##`` heading's title and whether it opens its cell, in order (code fences skipped)."""
     titles, fenced = [], False
     for cell in notebook["cells"]:
         if cell["cell_type"] != "markdown":
             continue
-        for line in "".join(cell["source"]).splitlines():
+        for number, line in enumerate("".join(cell["source"]).strip().splitlines()):
             if line.lstrip().startswith("```"):
                 fenced = not fenced
             found = None if fenced else heading(line)
             if found and found[0] == 2:
-                titles.append(found[1])
+                titles.append((found[1], number == 0))
     return titles
 
 
 @pytest.mark.parametrize("path", student.source_notebooks(NOTEBOOKS), ids=lambda path: path.name)
 def test_every_section_heading_follows_the_convention_numbered_in_order(path):
-    titles = section_headings(json.loads(path.read_text(encoding="utf-8")))
+    headings = section_headings(json.loads(path.read_text(encoding="utf-8")))
+    inside = [title for title, opens in headings if not opens]
+    assert not inside, (f"{path.name}: start a cell with each section heading (the reading model, "
+                        f"durable_kit.lab.minutes, sees a heading only there): {inside}")
+    titles = [title for title, _ in headings]
     wrong = [title for title in titles if not SECTION.match(title)]
     assert not wrong, (f"{path.name}: write each section heading as '## <n>. <title> · core' (or '· deep dive'): "
                        f"{wrong}")

@@ -30,6 +30,8 @@ def _not_done(value: Any) -> bool:
 
 # --- notebook 00: predict the bill -------------------------------------------------------------
 
+PREDICT_NEEDED = 7  # the model calls notebook 00's task needs once
+
 def check_predicted_calls(prediction: Any, ledger_count: int) -> None:
     """Compare a predicted number of model calls with the count the ledger recorded."""
     if _not_done(prediction):
@@ -38,9 +40,12 @@ def check_predicted_calls(prediction: Any, ledger_count: int) -> None:
         return _report(f"{NOT_QUITE} the prediction should be an int, got {type(prediction).__name__} "
                        f"{prediction!r}", "")
     if prediction != ledger_count:
+        why = ("a restart does not resume where the crash happened: nothing was kept, so every attempt "
+               "starts again at plan" if prediction <= PREDICT_NEEDED else
+               "write down, attempt by attempt, the calls made before that attempt's crash point fires "
+               "(a crash point after a call fires once that call returned); every attempt starts again at plan")
         return _report(f"{NOT_QUITE} you predicted {prediction} model calls, the ledger counted {ledger_count}. "
-                       "Hint: write down, attempt by attempt, which calls run before that attempt's crash "
-                       "point fires; every attempt starts again at plan.", "")
+                       f"Hint: {why}.", "")
     return _report(None, f"{prediction} model calls, as the ledger counted")
 
 
@@ -81,7 +86,7 @@ def check_kill_after_fetch(kill_after_fetch: Callable[[Path], Any], predictions:
         try:
             returned = kill_after_fetch(db)
         except NotImplementedError:
-            return _report(f"{NOT_YET} write kill_after_fetch(db), then run this cell again", "")
+            return _report(f"{NOT_YET} write my_kill_after_fetch(db), then run this cell again", "")
         except Exception as error:  # the learner's code: say what broke and carry on
             return _report(f"{NOT_QUITE} kill_after_fetch raised {type(error).__name__}: {error}", "")
         state = saved_state(db)
@@ -211,9 +216,10 @@ CLASSIFY_RESPONSES = [
     {"status": None, "message": "connection reset after the request was sent", "sends": False},
     {"status": None, "message": "connection reset after the request was sent", "sends": True},
     {"status": 403, "message": "content policy: the request asks for a customer's home address", "sends": False},
+    {"status": 504, "message": "gateway timeout: the upstream may have processed the request", "sends": True},
 ]
 CLASSIFY_PATHS = ["retry after 1 s", "retry after 2 s", "repair once, then escalate", "repair once, then fallback",
-                  "retry after 1 s", "escalate to reconcile", "stop"]
+                  "retry after 1 s", "escalate to reconcile", "stop", "escalate to reconcile"]
 
 
 def path_of(error: BaseException) -> str:
@@ -249,7 +255,9 @@ def check_classify(classify: Callable[[dict], BaseException]) -> None:
                          f"{type(error).__name__}, which takes the path {got!r}; it needs {needed!r}")
     if wrong:
         return _report(f"{NOT_QUITE} {len(wrong)} of {len(CLASSIFY_RESPONSES)} responses take the wrong path: "
-                       + "; ".join(wrong), "")
+                       + "; ".join(wrong) + ". Hint: first ask whether a usable answer arrived, then whether "
+                       "the request changes something outside (sends): a request that sends and got no clear "
+                       "answer may already have done its work.", "")
     return _report(None, f"all {len(CLASSIFY_RESPONSES)} responses take the path they need")
 
 
@@ -370,3 +378,97 @@ def check_charge(charge: Callable, folder: str | Path | None = None) -> None:
                        "return the receipt either way", "")
     return _report(None, f"{charge.__name__} charged each of {needed} bookings once, without a crash and after a "
                          f"crash at each of {len(CHARGE_POINTS)} boundaries")
+
+# --- notebook 04: an approval rule in code -----------------------------------------------------
+
+APPROVAL_CASES = ((0.95, True), (0.9, True), (0.89, None), (0.5, None))  # confidence, automatic approval?
+# What a rule between steps must not read: it runs again on every replay, at another time.
+UNSTABLE_READS = {("time", name) for name in ("time", "time_ns", "localtime", "gmtime", "ctime", "strftime",
+                                              "monotonic", "perf_counter", "process_time")}
+UNSTABLE_READS |= {("datetime", name) for name in ("now", "utcnow", "today", "fromtimestamp")}
+UNSTABLE_READS |= {("io", "open"), ("builtins", "open"), ("posix", "getenv"), ("os", "getenv"),
+                   ("_random", "random"), ("random", "random"), ("posix", "urandom")}
+
+
+def _unstable_read(function: Any) -> str | None:
+    """``module.name`` of a clock, file, environment or randomness function, or None."""
+    owner = getattr(function, "__self__", None)
+    module = getattr(function, "__module__", None) or getattr(owner, "__module__", None)
+    if isinstance(owner, type) and module == "datetime":
+        found = (module, function.__name__) in UNSTABLE_READS
+        return f"datetime.{owner.__name__}.{function.__name__}" if found else None
+    key = (module, getattr(function, "__name__", None))
+    return f"{module}.{key[1]}" if key in UNSTABLE_READS else None
+
+
+def _reads_while(rule: Callable[[dict], Any], request: dict) -> tuple[Any, list[str]]:
+    """Call ``rule(request)``; return its answer and the clock, file or randomness functions it called."""
+    import sys
+
+    seen: list[str] = []
+
+    def profile(frame, event, arg):
+        if event == "c_call":
+            name = _unstable_read(arg)
+            if name and name not in seen:
+                seen.append(name)
+        elif (event == "call" and frame.f_code.co_name in ("getenv", "__getitem__")
+              and frame.f_globals.get("__name__") == "os" and "os.environ" not in seen):
+            seen.append("os.environ")
+
+    previous = sys.getprofile()
+    sys.setprofile(profile)
+    try:
+        answer = rule(request)
+    finally:
+        sys.setprofile(previous)
+    return answer, seen
+
+
+def check_approval_rule(rule: Callable[[dict], Any]) -> None:
+    """Run ``rule(request)`` on four requests, twice each as two replays would; print pass or what is wrong.
+
+    A right rule approves at confidence 0.9 and above with a decision
+    ``{"approved": True, "by": ..., "comment": ...}``, returns None below it
+    (a person decides), answers the same every time, and reads only the
+    request and constants: a rule that calls the clock, opens a file, reads
+    the environment or draws a random number is refused even when its two
+    answers happen to agree, because a replay at another time may not.
+    """
+    if _not_done(rule):
+        return _report(f"{NOT_YET} define my_approval_rule(request), then run this cell again", "")
+    hint_inputs = "Hint: the request is a dict with 'recommendation', 'confidence' and 'evidence'."
+    for confidence, approved in APPROVAL_CASES:
+        request = {"recommendation": "Proceed.", "confidence": confidence, "evidence": []}
+        try:
+            first, reads = _reads_while(rule, dict(request))
+            second, more = _reads_while(rule, dict(request))
+        except NotImplementedError:
+            return _report(f"{NOT_YET} my_approval_rule still raises NotImplementedError: write its body, "
+                           "then run its cell again", "")
+        except Exception as error:  # the learner's code: say what broke and carry on
+            return _report(f"{NOT_QUITE} your rule raised {type(error).__name__}: {error}. {hint_inputs}", "")
+        reads = reads + [name for name in more if name not in reads]
+        if reads:
+            return _report(f"{NOT_QUITE} your rule called {', '.join(reads)}. It runs again on every replay, "
+                           "at another time, so a replay may take the other branch. Hint: read only the request "
+                           "and constants; a rule that needs the clock or a file reads it in a step, so its "
+                           "answer is stored once.", "")
+        if first != second:
+            return _report(f"{NOT_QUITE} two replays got different answers at confidence {confidence}: "
+                           f"{first!r} / {second!r}. Hint: keep no state between calls; read only the request "
+                           "and constants.", "")
+        if approved is None and first is not None:
+            return _report(f"{NOT_QUITE} confidence {confidence} should go to a person: return None, not "
+                           f"{first!r} (a rejection is a person's decision too).", "")
+        if approved and not (isinstance(first, dict) and first.get("approved") is True):
+            return _report(f"{NOT_QUITE} confidence {confidence} should be approved automatically (the "
+                           f"threshold is included: at least 0.9), got {first!r}", "")
+        if approved and set(first) != {"approved", "by", "comment"}:
+            return _report(f"{NOT_QUITE} decide with exactly the fields a person's decision has (approved, by, "
+                           f"comment), got {sorted(first)}", "")
+        if approved and not (isinstance(first["by"], str) and first["by"]):
+            return _report(f"{NOT_QUITE} say who decided in 'by' (for example 'rule: confidence >= 0.9'), got "
+                           f"{first['by']!r}", "")
+    return _report(None, "approves at 0.9 and above, leaves the rest to a person, and reads only the request "
+                         "and constants")

@@ -10,7 +10,6 @@ links between notebooks resolve as they do for a learner.
 """
 from __future__ import annotations
 
-import copy
 import json
 import re
 import shutil
@@ -23,46 +22,11 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
 from durable_kit.lab import student
+from durable_kit.lab.minutes import core_only, heading
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
-HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*$")
-DEEP_DIVE = re.compile(r"\bdeep dive\b", re.IGNORECASE)  # any spelling is cut, so a stray one cannot hide
 SECTION = re.compile(r"^(\d+)\. \S.* · (core|deep dive)$")  # the convention: "## <n>. <title> · core"
 KERNEL = "core-path"
-
-
-def heading(line: str) -> tuple[int, str] | None:
-    """(level, title) of a markdown heading line, or None."""
-    match = HEADING.match(line)
-    return (len(match.group(1)), match.group(2)) if match else None
-
-
-def core_only(notebook: dict) -> dict:
-    """A copy of ``notebook`` without its deep-dive sections (the argument is not modified)."""
-    cut = copy.deepcopy(notebook)
-    cells, skipping = [], None  # skipping: the level of the deep-dive heading being cut
-    for cell in cut["cells"]:
-        cell["source"] = "".join(cell["source"])
-        if cell["cell_type"] != "markdown":
-            if skipping is None:
-                cells.append(cell)
-            continue
-        kept, fenced = [], False
-        for line in cell["source"].splitlines(keepends=True):
-            if line.lstrip().startswith("```"):
-                fenced = not fenced
-            found = None if fenced else heading(line)
-            if found and skipping is not None and found[0] <= skipping:
-                skipping = None
-            if found and skipping is None and DEEP_DIVE.search(found[1]):
-                skipping = found[0]
-            if skipping is None:
-                kept.append(line)
-        if "".join(kept).strip():
-            cell["source"] = "".join(kept)
-            cells.append(cell)
-    cut["cells"] = cells
-    return cut
 
 
 def test_core_only_cuts_a_deep_dive_up_to_the_next_heading_of_its_level():

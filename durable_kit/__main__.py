@@ -504,13 +504,13 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     import sqlite3
 
-    from .errors import WorkflowError
+    from .errors import SettingError, WorkflowError
     from .redact import redact
     from .store import NotJSON, SchemaMismatch, StorageFault, describe_storage_fault
 
     try:
         return args.handler(args)
-    except (WorkflowError, StorageFault, SchemaMismatch, NotJSON) as error:  # a clear message; nothing was changed
+    except (WorkflowError, StorageFault, SchemaMismatch, NotJSON, SettingError) as error:  # a clear message; nothing was changed
         print(f"error: {redact(str(error))}", file=sys.stderr)
         return 2
     except sqlite3.Error as error:  # the storage itself: one line with the path, never a traceback

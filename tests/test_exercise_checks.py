@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from durable_kit import immediate
+from durable_kit import immediate, reconcile_then_send, send_at_most_once, send_guarded
 from durable_kit.lab import checks
 from durable_kit.retries import (AmbiguousEffect, FormatFailure, InvalidRequest, PolicyDenied, RateLimited,
                                  Transient)
@@ -102,3 +102,76 @@ def test_kill_after_fetch_runs_real_processes(capsys):
     checks.check_kill_after_fetch(exits_politely)
     assert said(capsys).startswith("not quite: the database should show one crash point fired, "
                                    "'after_fetch (kill)'; it shows ['after_fetch (exit)']")
+
+
+# --- notebook 09: find the double charge, then fix it (real worker processes, two bookings per journal) ---
+
+def naive_charge(wf, cards, booking, amount):
+    return send_guarded(wf, "charge", lambda: cards.charge(booking, amount))
+
+
+def reconciled_charge(wf, cards, booking, amount):
+    return reconcile_then_send(wf, "charge", lambda: next(iter(cards.effects("charge", booking=booking)), None),
+                               lambda: cards.charge(booking, amount))["receipt"]
+
+
+def any_charge_counts(wf, cards, booking, amount):
+    return reconcile_then_send(wf, "charge", lambda: next(iter(cards.effects("charge")), None),
+                               lambda: cards.charge(booking, amount))["receipt"]
+
+
+def whole_result(wf, cards, booking, amount):
+    return reconcile_then_send(wf, "charge", lambda: next(iter(cards.effects("charge", booking=booking)), None),
+                               lambda: cards.charge(booking, amount))
+
+
+def reserved_charge(wf, cards, booking, amount):
+    return send_at_most_once(wf, "charge", lambda key: cards.charge(booking, amount))["receipt"]
+
+
+def unwritten_charge(wf, cards, booking, amount):
+    raise NotImplementedError("write my_charge")
+
+
+def test_check_boundary_on_the_naive_checkout(capsys, tmp_path):
+    rows = checks.checkout_rows(naive_charge, tmp_path, points=["after_send:charge", "after_commit:charge"])
+    assert [(r["point"], r["counts"]["cards effects"]) for r in rows] == [
+        ("clean", 2), ("after_send:charge", 3), ("after_commit:charge", 2)]
+    checks.check_boundary(..., rows)
+    assert said(capsys).startswith("not yet: Ellipsis is not a boundary of the checkout")
+    checks.check_boundary("after_sending:charge", rows)
+    assert said(capsys).startswith("not yet: 'after_sending:charge' is not a boundary")
+    checks.check_boundary("after_commit:charge", rows)
+    assert said(capsys).startswith("not quite: a worker killed at after_commit:charge left 2 charges for 2 bookings")
+    checks.check_boundary("after_send:charge", rows)
+    assert said(capsys) == ("pass: a worker killed at after_send:charge left 3 charges for 2 bookings: "
+                            "one booking was charged twice")
+
+
+def test_check_charge_refuses_an_unwritten_a_naive_and_a_reserved_charge(capsys, tmp_path):
+    checks.check_charge(...)
+    assert said(capsys).startswith("not yet: define my_charge")
+    checks.check_charge(unwritten_charge, tmp_path / "unwritten")
+    assert said(capsys) == "not yet: write my_charge, then run this cell again"
+    checks.check_charge(naive_charge, tmp_path / "naive")
+    assert said(capsys).startswith("not quite: after a crash, (point, charges for 2 bookings, status) = "
+                                   "[('after_send:charge', 3, 'complete'), ('after_activity:charge', 3, 'complete')]")
+    checks.check_charge(reserved_charge, tmp_path / "reserved")
+    assert said(capsys).startswith("not quite: after a crash, (point, charges for 2 bookings, status) = "
+                                   "[('before_send:charge', 1, 'lab-1: failed; lab-2: complete')")
+
+
+def test_check_charge_refuses_reconciliation_on_every_booking_and_a_wrong_return(capsys, tmp_path):
+    checks.check_charge(any_charge_counts, tmp_path / "unfiltered")  # cards.effects("charge") with no booking filter
+    assert said(capsys).startswith("not quite: without any crash the processor made 1 charges for 2 bookings. "
+                                   "Hint: ask only about this booking's charges")
+    checks.check_charge(whole_result, tmp_path / "whole")
+    assert said(capsys).startswith("not quite: without any crash the checkouts ended failed")
+    checks.check_charge(lambda wf, cards, booking, amount: None)
+    assert said(capsys).startswith("not quite: write my_charge with def")
+
+
+def test_check_charge_passes_reconciliation_by_booking(capsys, tmp_path):
+    checks.check_charge(reconciled_charge, tmp_path)
+    assert said(capsys) == ("pass: reconciled_charge charged each of 2 bookings once, without a crash and after a "
+                            "crash at each of 4 boundaries")

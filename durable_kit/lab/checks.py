@@ -251,3 +251,122 @@ def check_classify(classify: Callable[[dict], BaseException]) -> None:
         return _report(f"{NOT_QUITE} {len(wrong)} of {len(CLASSIFY_RESPONSES)} responses take the wrong path: "
                        + "; ".join(wrong), "")
     return _report(None, f"all {len(CLASSIFY_RESPONSES)} responses take the path they need")
+
+
+# --- notebook 09: find the double charge, then fix it ------------------------------------------
+
+CHECKOUT_SERVICES = '''from durable_kit import KeyedService, UnkeyedService
+
+
+class Cards(UnkeyedService):
+    """A card processor without idempotency keys; it can list the charges it made."""
+    name = "cards"
+
+    def charge(self, booking, amount):
+        return self.request("charge", {"booking": booking, "amount": amount})
+
+
+class Mail(KeyedService):
+    """A mail service that sends one message per key."""
+    name = "mail"
+'''
+
+CHECKOUT_AGENT = '''from durable_kit import effect_key, send_guarded, workflow
+from charges import charge
+from shop_services import Cards, Mail
+
+
+@workflow("checkout")
+def checkout(wf):
+    cards, mail = Cards.beside(wf.db_path), Mail.beside(wf.db_path)
+    total = wf.execute_step("total", lambda: round(sum(item["price"] for item in wf.input["items"]), 2))
+    receipt = wf.execute_step("charge", lambda: charge(wf, cards, wf.id, total))
+    wf.execute_step("mail_receipt", lambda: send_guarded(
+        wf, "mail_receipt", lambda: mail.request("send", {"to": wf.input["email"]}, effect_key(wf.id, "mail_receipt"))))
+    return {"charged": receipt["effect_id"], "total": total}
+'''
+
+CHECKOUT_ORDERS = [
+    {"items": [{"sku": "kettle", "price": 39.5}, {"sku": "filters", "price": 6.25}], "email": "li@example.com"},
+    {"items": [{"sku": "kettle", "price": 39.5}], "email": "ana@example.com"},
+]
+CHARGE_POINTS = ["before_send:charge", "after_send:charge", "after_activity:charge", "after_commit:charge"]
+CHARGES_HEADER = "from durable_kit import effect_key, reconcile_then_send, send_at_most_once, send_guarded\n\n\n"
+
+
+def checkout_rows(charge: Callable, folder: str | Path, points: list[str] | None = None) -> list[dict]:
+    """Write ``charge`` as ``charges.py`` beside the checkout, then explore two checkouts in one journal.
+
+    ``points`` None explores every boundary; ``[]`` only the clean run. Every
+    row's ``counts["cards effects"]`` is the charges the processor made for
+    both bookings together.
+    """
+    import inspect
+
+    from ..crashlab import explore
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    source = inspect.getsource(charge).replace(f"def {charge.__name__}(", "def charge(", 1)
+    (folder / "shop_services.py").write_text(CHECKOUT_SERVICES)
+    (folder / "shop.py").write_text(CHECKOUT_AGENT)
+    (folder / "charges.py").write_text(CHARGES_HEADER + source)
+    return explore("checkout", CHECKOUT_ORDERS, module=folder / "shop.py", actions=("exit",), points=points,
+                   folder=folder / "runs", parallel=2)
+
+
+def _charges(row: dict) -> int:
+    return row["counts"].get("cards effects", 0)
+
+
+def check_boundary(boundary: Any, rows: list[dict]) -> None:
+    """Pass if a worker killed at ``boundary`` of the naive checkout (``rows``) left a booking charged twice."""
+    points = [row["point"] for row in rows[1:]]
+    if _not_done(boundary) or boundary not in points:
+        return _report(f"{NOT_YET} {boundary!r} is not a boundary of the checkout; set my_boundary to one "
+                       "of the points printed above, a str such as \"next_step\"", "")
+    row = next(r for r in rows[1:] if r["point"] == boundary)
+    needed = _charges(rows[0])
+    if _charges(row) <= needed:
+        return _report(f"{NOT_QUITE} a worker killed at {boundary} left {_charges(row)} charges for "
+                       f"{len(CHECKOUT_ORDERS)} bookings, as many as the clean run. Hint: the window is after the "
+                       "processor acted and before the step's output was committed", "")
+    return _report(None, f"a worker killed at {boundary} left {_charges(row)} charges for {len(CHECKOUT_ORDERS)} "
+                         "bookings: one booking was charged twice")
+
+
+def check_charge(charge: Callable, folder: str | Path | None = None) -> None:
+    """Run two checkouts with ``charge`` in real workers, clean and killed around the charge; pass if each
+    booking was charged exactly once every time."""
+    if _not_done(charge) or not callable(charge):
+        return _report(f"{NOT_YET} define my_charge(wf, cards, booking, amount) with def, then run this cell again",
+                       "")
+    if charge.__name__ == "<lambda>":
+        return _report(f"{NOT_QUITE} write my_charge with def in a cell: it is saved to charges.py, and a lambda "
+                       "cannot be", "")
+    with tempfile.TemporaryDirectory(prefix="check-charge-") as spare:
+        where = Path(folder) if folder is not None else Path(spare)
+        try:
+            clean = checkout_rows(charge, where / "clean", points=[])[0]
+        except Exception as error:  # the checkout did not even start: say why, and keep the notebook going
+            return _report(f"{NOT_QUITE} the checkout could not run: {error}", "")
+        needed = len(CHECKOUT_ORDERS)
+        if clean["status"] != "complete":
+            errors = "; ".join(f"{i}: {e}" for i, e in (clean["error"] or {}).items())
+            if "NotImplementedError" in errors:
+                return _report(f"{NOT_YET} write my_charge, then run this cell again", "")
+            return _report(f"{NOT_QUITE} without any crash the checkouts ended {clean['status']}: {errors}. "
+                           "Hint: return the processor's receipt, a dict with 'effect_id'", "")
+        if _charges(clean) != needed:
+            return _report(f"{NOT_QUITE} without any crash the processor made {_charges(clean)} charges for "
+                           f"{needed} bookings. Hint: ask only about this booking's charges: "
+                           "cards.effects(\"charge\", booking=booking); another booking's charge is not this one's",
+                           "")
+        rows = checkout_rows(charge, where / "crashes", points=CHARGE_POINTS)[1:]
+    wrong = [(r["point"], _charges(r), r["status"]) for r in rows if _charges(r) != needed or r["status"] != "complete"]
+    if wrong:
+        return _report(f"{NOT_QUITE} after a crash, (point, charges for {needed} bookings, status) = {wrong}. Hint: "
+                       "ask the processor for this booking's charges before sending (reconcile_then_send), and "
+                       "return the receipt either way", "")
+    return _report(None, f"{charge.__name__} charged each of {needed} bookings once, without a crash and after a "
+                         f"crash at each of {len(CHARGE_POINTS)} boundaries")

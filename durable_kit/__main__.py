@@ -46,7 +46,7 @@ def cmd_run(args) -> int:
 
     if args.module:
         load_module(args.module)
-    output = run_workflow(Journal(args.db, create=False), args.workflow)
+    output = run_workflow(Journal(args.db, create=False), args.workflow, take_over=args.take_over)
     print(json.dumps(output))
     return 0
 
@@ -139,7 +139,7 @@ def cmd_purge(args) -> int:
 
 
 def cmd_resume(args) -> int:
-    """Resume a paused or failed workflow: the next worker replays it, reusing every completed step."""
+    """Resume a paused, failed, blocked or escalated workflow: the next worker replays it, reusing completed steps."""
     from .journal import Journal
 
     row = Journal(args.db, create=False).resume(args.workflow, args.by)
@@ -155,6 +155,8 @@ STATUS_HINTS = {
     "blocked": "blocked: a replay asked for other steps than the journal recorded; nothing after that ran. Deploy "
                "code that replays the history (wf.patched), then `resume` it, or `fork` it.",
     "paused": "paused: waiting for an outside service or a person's go-ahead; `resume` it when it can go on.",
+    "escalated": "escalated: no worker retries it; fix the cause (see the error and `history`), then `resume` it: "
+                 "the step gets one more attempt and completed steps are reused.",
 }
 
 
@@ -381,6 +383,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--db", required=True, help="journal database file")
     run.add_argument("--workflow", required=True, help="workflow id")
     run.add_argument("--module", help="a Python file that registers more workflows")
+    run.add_argument("--take-over", action="store_true",
+                     help="run it even while another process holds a live lease on it: the new token fences that "
+                          "owner out (its attempt is not counted as a crash); without it, `run` is refused")
     run.set_defaults(handler=cmd_run)
 
     start = commands.add_parser("start", help="start a workflow (by default a reviewed research report); prints its id")
@@ -427,8 +432,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     workflow_command(commands, "purge", "delete one finished workflow's stored data and rewrite the file", cmd_purge)
 
-    resume = workflow_command(commands, "resume", "resume a paused, failed or blocked workflow from its last "
-                                                  "completed step", cmd_resume)
+    resume = workflow_command(commands, "resume", "resume a paused, failed, blocked or escalated workflow from its "
+                                                  "last completed step", cmd_resume)
     resume.add_argument("--by", required=True, help="who resumes it (saved in the history)")
 
     worker = commands.add_parser("worker", help="claim due workflows and run them; SIGTERM stops it cleanly")
@@ -528,13 +533,14 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     import sqlite3
 
-    from .errors import WorkflowError
+    from .errors import SettingError, WorkflowError
     from .redact import redact
     from .store import NotJSON, SchemaMismatch, StorageFault, describe_storage_fault
 
     try:
         return args.handler(args)
-    except (WorkflowError, StorageFault, SchemaMismatch, NotJSON) as error:  # a clear message; nothing was changed
+    # A clear message; nothing was changed.
+    except (WorkflowError, StorageFault, SchemaMismatch, NotJSON, SettingError) as error:
         print(f"error: {redact(str(error))}", file=sys.stderr)
         return 2
     except sqlite3.Error as error:  # the storage itself: one line with the path, never a traceback

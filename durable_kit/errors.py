@@ -12,6 +12,10 @@ class WorkflowError(RuntimeError):
     """A workflow or step was used in a way the journal cannot honour; nothing was written."""
 
 
+class LeaseHeld(WorkflowError):
+    """Another owner holds a live lease on the workflow (``run`` without ``--take-over``); nothing was written."""
+
+
 class Suspended(BaseException):
     """This replay stops here; the database already says when the workflow may run again.
 
@@ -34,6 +38,10 @@ class LeaseLost(BaseException):
     """
 
 
+class SettingError(ValueError):
+    """A setting (an environment variable, a flag) has a value the kit cannot use; nothing was opened or written."""
+
+
 def is_storage_fault(error: BaseException) -> bool:
     """True for an error of the storage itself (locked, busy, full, read-only, I/O), not of the workflow.
 
@@ -41,6 +49,17 @@ def is_storage_fault(error: BaseException) -> bool:
     is left as it was, to be resumed once the storage answers again.
     """
     return isinstance(error, sqlite3.OperationalError) or type(error) is sqlite3.DatabaseError
+
+
+def passes_by_waiting(error: BaseException) -> bool:
+    """True for a storage fault that another process causes and ends (the database locked or busy).
+
+    Every other storage fault (a read-only file, a damaged page, a full disk
+    or file-size limit, a file that cannot be opened) stays until a person
+    changes something: waiting does not clear it.
+    """
+    text = str(error)
+    return is_storage_fault(error) and ("locked" in text or "busy" in text)
 
 
 class NonDeterminism(Suspended):

@@ -43,8 +43,8 @@ def _snapshot(folder: Path) -> dict:
         tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
         rows = {t: sorted(map(repr, conn.execute(f'SELECT * FROM "{t}"'))) for t in tables}
         conn.close()
-    except sqlite3.Error:  # missing, empty or damaged: compare its bytes instead
-        rows = db.read_bytes() if db.exists() else None
+    except sqlite3.Error:  # missing, empty, damaged or a folder: compare its bytes (or its entries) instead
+        rows = db.read_bytes() if db.is_file() else sorted(os.listdir(db)) if db.is_dir() else None
     return {"files": files, "journal": rows}
 
 
@@ -94,6 +94,40 @@ def _case_other_app(db: Path) -> subprocess.CompletedProcess:
     return _kit("status", "--db", str(db), "--workflow", "r1")
 
 
+def damage_table(db: Path, table: str = "workflows") -> None:
+    """Overwrite the first page of ``table`` in a checkpointed journal: the file opens, reading the table fails."""
+    conn = sqlite3.connect(db)
+    (root_page,) = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (table,)).fetchone()
+    (page_size,) = conn.execute("PRAGMA page_size").fetchone()
+    conn.close()
+    with db.open("r+b") as f:
+        f.seek((root_page - 1) * page_size)
+        f.write(b"\xff" * page_size)
+
+
+def _case_damaged_page(db: Path) -> subprocess.CompletedProcess:
+    _started(db)
+    damage_table(db)
+    return _kit("worker", "--db", str(db), "--until-idle")
+
+
+def _case_worker_file_size_limit(db: Path) -> subprocess.CompletedProcess:
+    _started(db)
+    limit = 8192  # the log starts empty: its first commit of two pages passes the limit
+    return _kit("worker", "--db", str(db), "--until-idle",
+                prepare=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)))
+
+
+def _case_folder(db: Path) -> subprocess.CompletedProcess:
+    db.mkdir()
+    return _kit("status", "--db", str(db), "--workflow", "r1")
+
+
+def _case_busy_timeout(db: Path) -> subprocess.CompletedProcess:
+    _started(db)
+    return _kit("status", "--db", str(db), "--workflow", "r1", env={"DURABLE_KIT_BUSY_TIMEOUT_MS": "5s"})
+
+
 def _with_start(*args: str) -> Callable[[Path], subprocess.CompletedProcess]:
     def case(db: Path) -> subprocess.CompletedProcess:
         _started(db)
@@ -107,6 +141,10 @@ CASES: dict[str, Callable[[Path], subprocess.CompletedProcess]] = {
     "zero-length journal (worker)": _case_empty,
     "damaged header (status)": _case_damaged,
     "disk or file-size limit full (start)": _case_disk_full,
+    "file-size limit (worker --until-idle)": _case_worker_file_size_limit,
+    "damaged page (worker --until-idle)": _case_damaged_page,
+    "a folder given as --db (status)": _case_folder,
+    "malformed DURABLE_KIT_BUSY_TIMEOUT_MS (status)": _case_busy_timeout,
     "locked past the busy timeout (start)": _case_locked,
     "empty workflow id (start)": _with_start("start", "--kind", "refund", "--input", REFUND, "--id", ""),
     "input that is not JSON (start)": _with_start("start", "--kind", "refund", "--input", "{order", "--id", "r2"),

@@ -60,9 +60,8 @@ from typing import Any, Callable
 from . import change, waits
 from .errors import Ended, LeaseLost, NonDeterminism, Suspended, WorkflowError, is_storage_fault
 from .faults import tracing, trip
-from .leases import (FINAL_STATUSES, LEASE_SECONDS, LET_GO, Heartbeat, Lease, check, grant_in_transaction,
-                     new_owner, release, superseded)
-from .retries import Crashed, FormatFailure, InvalidRequest, RetryPolicy, decide, record_failure
+from .leases import FINAL_STATUSES, LET_GO, Heartbeat, Lease, check, new_owner, release, superseded, take
+from .retries import TAKEN_OVER_BY_STEP, Crashed, FormatFailure, InvalidRequest, RetryPolicy, decide, record_failure
 from .redact import redact, register_secret
 from .store import (DB_NOW, append_event, connect, connect_read_only, encode, from_json, immediate, now, to_json,
                     write)
@@ -135,6 +134,10 @@ RECORD_COMPLETION = (
     "UPDATE workflows SET status = 'complete', output = ?2, error = NULL, updated_at = ?3, completed_at = ?3,"
     "   completed_by = ?4, completed_after = (SELECT COALESCE(MAX(seq), 0) FROM history WHERE workflow_id = ?1)")
 COMPLETE = f"{RECORD_COMPLETION}, {LET_GO} WHERE id = ?1 AND fencing_token = ?5 AND cancel_requested IS NULL"
+
+
+# What a person resumes by hand (``Journal.resume``): no worker takes these up by itself.
+RESUMABLE = ("paused", "failed", "blocked", "escalated")
 
 
 class Journal:
@@ -267,18 +270,21 @@ class Journal:
         return Workflow(self, row, lease, heartbeat)
 
     def resume(self, workflow_id: str, by: str) -> dict:
-        """Make a *paused*, *failed* or *blocked* workflow pending again, so the next worker replays it.
+        """Make a *paused*, *failed*, *blocked* or *escalated* workflow pending again, so the next worker replays it.
 
         A replay reuses every completed step and retries the rest (a blocked
-        one blocks again unless the new code replays its history). Any other
-        status is refused with a ``WorkflowError`` and nothing changes. Returns the row.
+        one blocks again unless the new code replays its history). An
+        escalated workflow's step gets one more attempt; if that fails the
+        same way, it escalates again. The resume is recorded in the history
+        (``workflow_resumed``, from which status, by whom). Any other status
+        is refused with a ``WorkflowError`` and nothing changes. Returns the row.
         """
         with immediate(self.conn):
             row = self.row_for_update(workflow_id)
-            if row["status"] not in ("paused", "failed", "blocked"):
+            if row["status"] not in RESUMABLE:
                 raise WorkflowError(
-                    f"workflow {workflow_id!r} is {row['status']!r}, not paused, failed or blocked; nothing was "
-                    "changed. Only those are resumed by hand: the others resume by themselves.")
+                    f"workflow {workflow_id!r} is {row['status']!r}, not paused, failed, blocked or escalated; nothing "
+                    "was changed. Only those are resumed by hand: the others resume by themselves, or are finished.")
             self.conn.execute("UPDATE workflows SET status = 'pending', next_run_at = ?, updated_at = ? WHERE id = ?",
                               (now(), now(), workflow_id))
             self._event(workflow_id, None, "workflow_resumed", f"from {row['status']} by {by}")
@@ -369,6 +375,10 @@ class Workflow:
                 self._interrupted[r["name"]] = r["attempts"]
             if r["repair_message"] is not None:
                 self._repairs[r["name"]] = r["repair_message"]
+        if self._interrupted:  # attempts another owner took over ended, but not by a crash: they do not count
+            for r in self.conn.execute(TAKEN_OVER_BY_STEP, (self.id,)):
+                if r["step"] in self._interrupted:
+                    self._interrupted[r["step"]] -= r["attempts"]
         self._names_seen: set[str] = set()
         self._reused: list[str] = []
 
@@ -439,7 +449,9 @@ class Workflow:
         transient failure of the repair repeats the repair, not the request.
         An attempt whose process died counts too (``Crashed``): after
         ``retry.max_attempts`` such attempts, or ``CRASH_LIMIT`` without a
-        policy, the step escalates instead of looping for ever.
+        policy, the step escalates instead of looping for ever. An attempt
+        whose lease another owner took over while its process lived is not a
+        crash and never counts (``leases.note_taken_over``).
 
         Every replay must ask for the same steps and waits in the same order,
         steps with the same inputs: a step or wait renamed, reordered, inserted
@@ -970,15 +982,19 @@ class Workflow:
             self.journal._event(self.id, None, "workflow_failed", f"{type(error).__name__}: {error}")
 
 
-def run_workflow(journal: Journal, workflow_id: str, lease: Lease | None = None, fenced: bool = True) -> Any:
+def run_workflow(journal: Journal, workflow_id: str, lease: Lease | None = None, fenced: bool = True,
+                 take_over: bool = False) -> Any:
     """Replay the workflow from its first line as far as it can go; return its output, or None.
 
     A workflow in a final status returns its stored output without running;
     the status is read in the same transaction that grants the lease, so a
     final workflow is never run again. The replay runs under ``lease`` (a
-    worker's), or else takes one itself, whatever the workflow's other
-    status, fencing out any other owner; a heartbeat renews it while the
-    replay runs. ``fenced=False`` runs with no lease at all: the unsafe way,
+    worker's), or else takes one itself (``leases.take``), whatever the
+    workflow's other status, except from a live owner (running, its lease
+    not expired, its process not gone): that is refused with ``LeaseHeld``
+    and nothing changes, unless ``take_over``, whose new token fences that
+    owner out and whose attempt is then not counted as a crash. A heartbeat
+    renews the lease while the replay runs. ``fenced=False`` runs with no lease at all: the unsafe way,
     kept to show its failure.
 
     A replay that stops at a retry schedule, a wait, a pause or an end
@@ -993,8 +1009,9 @@ def run_workflow(journal: Journal, workflow_id: str, lease: Lease | None = None,
         claimed, wf = lease, None  # a lease to give up at the end, fenced or not
         try:
             with immediate(journal.conn):  # read, check, grant and read the steps: one transaction
-                row = journal.conn.execute("SELECT id, kind, input, status, version, fencing_token, output"
-                                           " FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
+                row = journal.conn.execute("SELECT id, kind, input, status, version, fencing_token, output, owner,"
+                                           f" lease_expires_at - {DB_NOW} AS lease_left FROM workflows WHERE id = ?",
+                                           (workflow_id,)).fetchone()
                 if row is None:
                     journal.row_for_update(workflow_id)  # the error that names the id
                 if row["status"] in FINAL_STATUSES:
@@ -1007,8 +1024,7 @@ def run_workflow(journal: Journal, workflow_id: str, lease: Lease | None = None,
                 if not fenced:
                     lease = None
                 elif lease is None:  # unsynced: the token is synced before it leaves (Workflow.fencing_token)
-                    lease = claimed = grant_in_transaction(journal.conn, workflow_id, new_owner(), LEASE_SECONDS,
-                                                           only_if_due=False)
+                    lease = claimed = take(journal.conn, row, new_owner(), take_over)
                 elif row["fencing_token"] != lease.token:  # a worker's lease, superseded since its claim
                     raise superseded(lease, row["fencing_token"])
                 wf = Workflow(journal, {**dict(row), "input": from_json(row["input"])}, lease)

@@ -30,6 +30,14 @@ longer exists (``owner_is_gone``). The second shortcut is taken only for an
 owner that ran on this machine since its last boot and in this PID namespace
 (both are part of the owner's name), where a process id means the same
 process; anywhere else, or where the system does not tell, the lease must expire.
+
+A person's ``run`` never takes a workflow from a live owner unless told to
+(``take``, ``run --take-over``). An attempt that ends because another owner
+took its lease while its process lived (a takeover of a live lease, or a
+revocation of an owner on this machine whose process still exists) is
+recorded as ``attempt_taken_over``: it is not a crash and never counts toward
+``max_attempts``. Only on this machine is an owner known to live; an owner
+elsewhere whose lease expired counts as crashed.
 """
 from __future__ import annotations
 
@@ -37,16 +45,20 @@ import hashlib
 import os
 import socket
 import sqlite3
+import sys
 import threading
 import time
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from .errors import LeaseLost
+from .errors import LeaseHeld, LeaseLost
+from .redact import redact
+from .retries import TAKEN_OVER
 from .store import DB_NOW, append_event, immediate, now, one_of
 
 LEASE_SECONDS = 10.0
+# No worker runs a workflow in these again; only a person's ``resume`` makes an escalated one pending (Journal.resume).
 FINAL_STATUSES = ("complete", "escalated", "stopped", "rejected", "cancelled")
 
 # When a workflow may be claimed: pending (new, decided, or at its retry time), waiting on a timer that
@@ -54,7 +66,7 @@ FINAL_STATUSES = ("complete", "escalated", "stopped", "rejected", "cancelled")
 # have no run time (NULL), so they never match. One parameter: now.
 DUE = f"({one_of('status', ('pending', 'waiting', 'paused'))}) AND next_run_at <= ?"
 
-__all__ = ["LeaseLost"]  # re-exported: it is raised here
+__all__ = ["LeaseHeld", "LeaseLost"]  # re-exported: they are raised here
 
 
 @dataclass(frozen=True)
@@ -105,6 +117,18 @@ def owner_is_gone(owner: str | None) -> bool:
     return _is_zombie(int(pid))
 
 
+def owner_is_alive(owner: str | None) -> bool:
+    """True if ``owner`` ran on this machine, since its last boot and in this PID namespace, and its process exists.
+
+    Such an owner whose workflow is taken from it was paused or slow, not
+    dead. (A process id reused by another process since would count too.)
+    """
+    if not owner or owner.count(":") < 2:
+        return False
+    where, pid, _ = owner.rsplit(":", 2)
+    return "/" in where and where == machine() and pid.isdigit() and not owner_is_gone(owner)
+
+
 def _is_zombie(pid: int) -> bool:
     # A killed process whose parent has not collected it yet still has a pid: it is dead all the same.
     try:
@@ -149,6 +173,47 @@ def grant_in_transaction(conn: sqlite3.Connection, workflow_id: str, owner: str,
         return None
     append_event(conn, workflow_id, None, "replay_started", f"{row['completed']} completed steps on record")
     return Lease(workflow_id, owner, row["fencing_token"], seconds)
+
+
+def take(conn: sqlite3.Connection, row, owner: str, take_over: bool = False,
+         seconds: float = LEASE_SECONDS) -> Lease:
+    """Inside the caller's ``BEGIN IMMEDIATE``: a person's ``run`` takes the workflow ``row`` (not final) for ``owner``.
+
+    ``row`` has the workflow's ``id``, ``status``, ``owner``, ``fencing_token``
+    and ``lease_left`` (seconds its lease has left by ``DB_NOW``). A live
+    owner (running, its lease not expired, its process not gone from this
+    machine) is refused with ``LeaseHeld``, naming it and its expiry, and
+    nothing is written, unless ``take_over``: then the new token fences it
+    out. Either way an attempt of an owner that was live, or whose process
+    still exists on this machine, is recorded as taken over
+    (``note_taken_over``): it never counts as a crash.
+    """
+    holder = row["owner"] if row["status"] == "running" else None
+    live = (holder is not None and row["lease_left"] is not None and row["lease_left"] >= 0
+            and not owner_is_gone(holder))
+    if live and not take_over:
+        raise LeaseHeld(
+            f"workflow {row['id']!r} is running under owner {holder} (token {row['fencing_token']}), whose lease "
+            f"expires in {row['lease_left']:.1f} s; nothing was changed. Wait for it (see `status`), or pass "
+            "--take-over to fence that owner out (its attempt then counts as taken over, not as a crash).")
+    lease = grant_in_transaction(conn, row["id"], owner, seconds, only_if_due=False)
+    if holder is not None and (live or owner_is_alive(holder)):
+        note_taken_over(conn, row["id"], holder, row["fencing_token"], lease.token)
+    return lease
+
+
+def note_taken_over(conn: sqlite3.Connection, workflow_id: str, owner: str, token: int, new_token: int) -> None:
+    """Inside the takeover's transaction: record each attempt ``owner`` was running as taken over, not crashed.
+
+    One ``attempt_taken_over`` event per running step; ``retries`` leaves
+    these attempts out when it counts a step's attempts against ``max_attempts``.
+    """
+    running = conn.execute("SELECT name, attempts FROM steps WHERE workflow_id = ? AND status = 'running'",
+                           (workflow_id,)).fetchall()
+    for step in running:
+        append_event(conn, workflow_id, step["name"], TAKEN_OVER,
+                     f"attempt {step['attempts']} (token {token}) by {owner} was running when token {new_token} "
+                     "took over; it is not counted as a crash")
 
 
 def check(conn: sqlite3.Connection, lease: Lease, live: bool = False) -> None:
@@ -205,12 +270,14 @@ def revoke_abandoned(conn: sqlite3.Connection, assume_dead: bool = False,
     """Make *running* workflows whose owner is gone or whose lease expired *pending*; return (id, why) pairs.
 
     Revoking bumps the token, so the old owner's writes are refused from now
-    on. ``trust_pids=False`` waits for the lease to expire even when the
+    on. An owner whose process still exists on this machine (paused past its
+    lease) has its running attempts recorded as taken over, not crashed
+    (``note_taken_over``). ``trust_pids=False`` waits for the lease to expire even when the
     owner's process is visibly gone, as workers on other machines must.
     ``assume_dead=True`` takes back every running workflow: the unsafe
     single-worker assumption of notebooks 03 to 05, kept to show its failure.
     """
-    select = (f"SELECT id, owner, lease_expires_at < {DB_NOW} AS expired FROM workflows"
+    select = (f"SELECT id, owner, fencing_token, lease_expires_at < {DB_NOW} AS expired FROM workflows"
               " WHERE status = 'running' ORDER BY id")
     if not any(_abandoned(row, assume_dead, trust_pids) for row in conn.execute(select)):
         return []  # looked without the write lock: the usual case costs no lock at all
@@ -223,6 +290,8 @@ def revoke_abandoned(conn: sqlite3.Connection, assume_dead: bool = False,
             conn.execute("UPDATE workflows SET status = 'pending', owner = NULL, lease_expires_at = NULL,"
                          " fencing_token = fencing_token + 1, updated_at = ? WHERE id = ?", (now(), row["id"]))
             append_event(conn, row["id"], None, "recovered", why)
+            if not assume_dead and trust_pids and owner_is_alive(row["owner"]):  # paused past its lease, not dead
+                note_taken_over(conn, row["id"], row["owner"], row["fencing_token"], row["fencing_token"] + 1)
             revoked.append((row["id"], why))
     return revoked
 
@@ -246,7 +315,9 @@ class Heartbeat:
     transaction, on a connection of the thread's own (opened at the first
     renewal, closed within a second once no lease on that journal is left).
     A replay shorter than a third of its lease never wakes the thread. A busy or locked
-    database is tried again at the next beat; nothing is printed. ``gave_up``
+    database is tried again at the next beat; nothing is printed. Any other
+    exception in a renewal is printed on stderr in one line and those leases
+    are tried again at the next beat: the thread survives it. ``gave_up``
     becomes True when a renewal finds the lease lost or expired: the owner
     then starts no new attempt (``Workflow._fence``), and its next journal
     write is refused anyway if another owner took over.
@@ -270,9 +341,9 @@ class _Renewer:
 
     IDLE_LOOK = 1.0  # seconds between looks when no renewal is due sooner
 
-    def __init__(self):
+    def __init__(self, beating: set[Heartbeat] | None = None):
         self.pid = os.getpid()
-        self.beating: set[Heartbeat] = set()
+        self.beating: set[Heartbeat] = beating or set()
         self.wake = threading.Condition()
         self.looks_at = 0.0  # monotonic time of the thread's next look by itself; 0 while it is looking
         self.thread = threading.Thread(target=self._run, name="lease renewals", daemon=True)
@@ -292,18 +363,27 @@ class _Renewer:
     def _run(self) -> None:
         conns: dict[str, sqlite3.Connection] = {}
         while True:
-            with self.wake:
-                while True:
-                    for path in list(conns.keys() - {h.db_path for h in self.beating}):
-                        conns.pop(path).close()  # no lease on that journal is left
-                    due = [h for h in self.beating if h.due_at <= time.monotonic()]
-                    if due:
-                        break
-                    self.looks_at = min([time.monotonic() + self.IDLE_LOOK, *(h.due_at for h in self.beating)])
-                    self.wake.wait(max(0.0, self.looks_at - time.monotonic()))
-                self.looks_at = 0.0
+            try:
+                due = self._next_due(conns)
+            except Exception as error:  # never let the thread die: say so, look again a little later
+                self._say(f"lease renewals: {type(error).__name__}: {error}; the renewer goes on")
+                time.sleep(self.IDLE_LOOK)
+                continue
             for path in {h.db_path for h in due}:
                 self._renew_all(conns, path, [h for h in due if h.db_path == path])
+
+    def _next_due(self, conns: dict[str, sqlite3.Connection]) -> list[Heartbeat]:
+        # Sleeps until some heartbeat is due; closes the connections of journals left without a lease.
+        with self.wake:
+            while True:
+                for path in list(conns.keys() - {h.db_path for h in self.beating}):
+                    conns.pop(path).close()  # no lease on that journal is left
+                due = [h for h in self.beating if h.due_at <= time.monotonic()]
+                if due:
+                    self.looks_at = 0.0
+                    return due
+                self.looks_at = min([time.monotonic() + self.IDLE_LOOK, *(h.due_at for h in self.beating)])
+                self.wake.wait(max(0.0, self.looks_at - time.monotonic()))
 
     def _renew_all(self, conns: dict[str, sqlite3.Connection], path: str, due: list[Heartbeat]) -> None:
         shortest = min(h.lease.seconds for h in due) / 3
@@ -312,7 +392,10 @@ class _Renewer:
                 conns[path] = sqlite3.connect(path, isolation_level=None, timeout=shortest)
             with immediate(conns[path]):
                 renewed = [_renew_row(conns[path], h.lease) for h in due]
-        except sqlite3.Error:  # busy, locked, or a storage fault: try again at the next beat
+        except Exception as error:  # busy, locked, a storage fault, or a bug: try again at the next beat
+            if not isinstance(error, sqlite3.Error):  # nothing is printed for the storage's own faults
+                self._say(f"lease renewals in {Path(path).name}: {type(error).__name__}: {error}; the renewer goes "
+                          "on and tries these leases again at the next beat")
             for heartbeat in due:
                 heartbeat.due_at = time.monotonic() + heartbeat.lease.seconds / 3
             return
@@ -322,15 +405,25 @@ class _Renewer:
                 heartbeat.gave_up = True
                 self.discard(heartbeat)
 
+    @staticmethod
+    def _say(message: str) -> None:
+        try:
+            print(redact(message), file=sys.stderr, flush=True)
+        except Exception:  # no stderr to write to: renewing matters more than saying so
+            pass
+
 
 _RENEWER: _Renewer | None = None
 _RENEWER_LOCK = threading.Lock()
 
 
 def _renewer() -> _Renewer:
-    # One per process: a child made by fork inherits the object but not its thread.
+    # One per process: a child made by fork inherits the object but not its thread. A thread of this process
+    # that ended anyway (it never should) is replaced, and the new one renews the heartbeats it had.
     global _RENEWER
     with _RENEWER_LOCK:
         if _RENEWER is None or _RENEWER.pid != os.getpid():
             _RENEWER = _Renewer()
+        elif not _RENEWER.thread.is_alive():
+            _RENEWER = _Renewer(_RENEWER.beating)
         return _RENEWER

@@ -19,6 +19,14 @@ from .redact import redact
 from .store import append_event, now
 
 
+# The history event of an attempt that ended because another owner took its lease over while its process lived
+# (``leases.note_taken_over``): not a crash, so it never counts toward ``max_attempts``.
+TAKEN_OVER = "attempt_taken_over"
+# How many of each step's attempts were taken over, for one workflow (one parameter: its id).
+TAKEN_OVER_BY_STEP = (f"SELECT step, COUNT(*) AS attempts FROM history WHERE workflow_id = ? AND event = '{TAKEN_OVER}'"
+                      " GROUP BY step")
+
+
 class Transient(Exception):
     """Infrastructure failed (timeout, connection reset, 503): retry with backoff."""
 
@@ -28,6 +36,8 @@ class Crashed(Transient):
 
     Counted like a transient failure against ``max_attempts``, so a step that
     kills its process on every attempt escalates instead of looping for ever.
+    An attempt whose lease another owner took over while its process lived
+    (``TAKEN_OVER``) is not a crash and is never counted.
     """
 
 
@@ -127,8 +137,9 @@ def record_failure(conn: sqlite3.Connection, workflow_id: str, step: str, error:
     append_event(conn, workflow_id, step, "step_failed", detail)
     if policy is None:
         return Decision("fail", detail)
-    row = conn.execute(
-        "SELECT s.attempts, w.retry_budget - w.retries_used AS budget_left FROM steps s"
+    row = conn.execute(  # attempts taken over by another owner do not count (TAKEN_OVER)
+        "SELECT s.attempts - (SELECT COUNT(*) FROM history h WHERE h.workflow_id = s.workflow_id AND h.step = s.name"
+        f" AND h.event = '{TAKEN_OVER}') AS attempts, w.retry_budget - w.retries_used AS budget_left FROM steps s"
         " JOIN workflows w ON w.id = s.workflow_id WHERE s.workflow_id = ? AND s.name = ?",
         (workflow_id, step)).fetchone()
     decision = decide(error, row["attempts"], policy, row["budget_left"])

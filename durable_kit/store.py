@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import sqlite3
 import time
 from contextlib import contextmanager
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any, Iterator
 from urllib.parse import quote
 
+from .errors import SettingError
 from .redact import redact
 
 SCHEMA_VERSION = 6
@@ -182,11 +184,20 @@ class NotJSON(TypeError):
     """A value could not be stored as JSON; nothing was written."""
 
 
+BUSY_TIMEOUT_MS_MAX = 86_400_000  # one day
+
+
 def default_busy_timeout_ms() -> int:
-    """How long a statement waits for another process's write lock: ``$DURABLE_KIT_BUSY_TIMEOUT_MS``, else 5000."""
+    """How long a statement waits for another process's write lock: ``$DURABLE_KIT_BUSY_TIMEOUT_MS``, else 5000.
+
+    A value that is not a whole number of milliseconds from 0 to one day is
+    refused (``SettingError``) before any file is opened.
+    """
     value = os.environ.get("DURABLE_KIT_BUSY_TIMEOUT_MS", "5000")
-    if not value.isdigit():
-        raise ValueError(f"DURABLE_KIT_BUSY_TIMEOUT_MS must be a whole number of milliseconds, not {value!r}")
+    if not (value.isascii() and value.isdigit()) or int(value) > BUSY_TIMEOUT_MS_MAX:
+        raise SettingError(f"DURABLE_KIT_BUSY_TIMEOUT_MS must be a whole number of milliseconds from 0 to "
+                           f"{BUSY_TIMEOUT_MS_MAX} (for example 5000), not {value!r}; nothing was opened. "
+                           "Set it so, or unset it for the default (5000).")
     return int(value)
 
 
@@ -202,9 +213,10 @@ def connect(path: str | Path, synchronous: str = "FULL", busy_timeout_ms: int | 
     level = synchronous.upper()
     if level not in SYNCHRONOUS_LEVELS:
         raise ValueError(f"synchronous must be one of {SYNCHRONOUS_LEVELS}, not {synchronous!r}")
+    timeout = default_busy_timeout_ms() if busy_timeout_ms is None else busy_timeout_ms
+    _refuse_folder(Path(path))
     if not create:
         _refuse_missing_or_empty(Path(path))
-    timeout = default_busy_timeout_ms() if busy_timeout_ms is None else busy_timeout_ms
     # isolation_level=None: we issue BEGIN ourselves, so every transaction is visible in the code.
     conn = sqlite3.connect(str(path), isolation_level=None, timeout=timeout / 1000)
     conn.row_factory = sqlite3.Row
@@ -216,7 +228,16 @@ def connect(path: str | Path, synchronous: str = "FULL", busy_timeout_ms: int | 
     return conn
 
 
+# Every table and view the schema creates: a journal that has them all and this version needs no write to open.
+SCHEMA_NAMES = frozenset(re.findall(r"CREATE (?:TABLE|VIEW) IF NOT EXISTS (\w+)", SCHEMA))
+
+
 def _ensure_schema(conn: sqlite3.Connection, path: str | Path) -> None:
+    # An existing journal is checked by reading only, so opening it never waits for another process's write lock.
+    names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' OR type = 'view'")}
+    if SCHEMA_NAMES <= names:
+        _check_version(conn.execute("SELECT version FROM schema_version").fetchone(), path)
+        return
     with immediate(conn):
         for statement in SCHEMA.split(";"):
             if statement.strip():
@@ -224,24 +245,34 @@ def _ensure_schema(conn: sqlite3.Connection, path: str | Path) -> None:
         row = conn.execute("SELECT version FROM schema_version").fetchone()
         if row is None:
             conn.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
-        elif row["version"] != SCHEMA_VERSION:
-            raise SchemaMismatch(
-                f"{path} has schema version {row['version']}, this durable_kit expects {SCHEMA_VERSION}: "
-                "use a new database file, or the durable_kit version that wrote it."
-            )
+        else:
+            _check_version(row, path)
+
+
+def _check_version(row, path: str | Path) -> None:
+    if row is None or row["version"] != SCHEMA_VERSION:
+        raise SchemaMismatch(
+            f"{path} has schema version {row and row['version']}, this durable_kit expects {SCHEMA_VERSION}: "
+            "use a new database file, or the durable_kit version that wrote it.")
 
 
 def connect_read_only(path: str | Path) -> sqlite3.Connection:
     """Open an existing journal only to read it: no file, schema or WAL mode is ever created, no lock taken.
 
     Refuses (``StorageFault``, one line naming the path and what to do) a
-    missing or empty file, a damaged one, an SQLite file that is not a
-    journal; a journal of another schema version raises ``SchemaMismatch``.
+    missing or empty file, a folder, a damaged one, an SQLite file that is not
+    a journal; a journal of another schema version raises ``SchemaMismatch``.
+    A journal in a folder this process cannot write, with no write-ahead log
+    beside it (so every commit is in the file itself), is read as it stands.
     """
     path = Path(path)
+    timeout = default_busy_timeout_ms() / 1000
+    _refuse_folder(path)
     _refuse_missing_or_empty(path)
-    conn = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True, isolation_level=None,
-                           timeout=default_busy_timeout_ms() / 1000)
+    uri = f"file:{quote(str(path.resolve()))}?mode=ro"
+    if not os.access(path.parent, os.W_OK) and not _has_log(path):
+        uri += "&immutable=1"  # SQLite cannot create its shared-memory file here, and nothing waits in a log
+    conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=timeout)
     conn.row_factory = sqlite3.Row
     try:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -252,12 +283,30 @@ def connect_read_only(path: str | Path) -> sqlite3.Connection:
     except sqlite3.DatabaseError as error:
         conn.close()
         raise StorageFault(describe_storage_fault(error, path)) from None
-    if row is None or row["version"] != SCHEMA_VERSION:
+    except StorageFault:
         conn.close()
-        raise SchemaMismatch(
-            f"{path} has schema version {row and row['version']}, this durable_kit expects {SCHEMA_VERSION}: "
-            "use a new database file, or the durable_kit version that wrote it.")
+        raise
+    try:
+        _check_version(row, path)
+    except SchemaMismatch:
+        conn.close()
+        raise
     return conn
+
+
+def _has_log(path: Path) -> bool:
+    log = Path(f"{path}-wal")
+    return log.exists() and log.stat().st_size > 0
+
+
+def _refuse_folder(path: Path) -> None:
+    if path.is_dir():
+        raise StorageFault(_folder_message(path))
+
+
+def _folder_message(path: Path) -> str:
+    return (f"{path} is a folder, not a journal file; nothing was written. Point --db at a file, for example "
+            f"{path / 'journal.db'}.")
 
 
 def _refuse_missing_or_empty(path: Path) -> None:
@@ -274,6 +323,8 @@ def describe_storage_fault(error: BaseException, path: str | Path) -> str:
     """One line for a person: what the storage fault is, at which path, that nothing was half-written, what to do."""
     text = str(error)
     kept = "nothing was half-written (the transaction rolled back)"
+    if Path(path).is_dir():
+        return _folder_message(Path(path))
     if "full" in text:
         return f"{path}: the disk or the file-size limit is full; {kept}. Free space, then run the command again."
     if "disk I/O error" in text:
@@ -281,9 +332,18 @@ def describe_storage_fault(error: BaseException, path: str | Path) -> str:
                 f"device); {kept}. Free space or raise the limit, then run the command again.")
     folder = Path(path).parent
     cannot_write = Path(path).exists() and not (os.access(path, os.W_OK) and os.access(folder, os.W_OK))
-    if "readonly" in text or "read-only" in text or ("unable to open" in text and cannot_write):
-        return (f"{path} is read-only (its file mode, its folder or its mount); nothing was written. Make it "
-                "writable, then run the command again.")
+    read_only = (f"{path} is read-only (its file mode, its folder or its mount); nothing was written. Make it "
+                 "writable, then run the command again.")
+    if cannot_write and ("readonly" in text or "read-only" in text or "unable to open" in text):
+        return read_only
+    for suffix, what in (("-wal", "write-ahead log"), ("-shm", "shared-memory index")):
+        beside_it = Path(f"{path}{suffix}")
+        if beside_it.exists() and not os.access(beside_it, os.R_OK | os.W_OK):
+            return (f"{beside_it} (the journal's {what}) cannot be read and written by this process "
+                    f"(mode {beside_it.stat().st_mode & 0o777:03o}); nothing was written. Give it the journal's own "
+                    "owner and mode (for example `chmod 644`), then run the command again.")
+    if "readonly" in text or "read-only" in text:
+        return read_only
     if "locked" in text or "busy" in text:
         return (f"{path} stayed locked by another process past the busy timeout (a paused or very slow writer); "
                 "nothing was written. Find the process holding it (for example `fuser`), or try again later.")

@@ -15,7 +15,11 @@ running workflow, and it writes without a fencing token.
 A storage fault (the database locked past its timeout, busy, full, read-only,
 an I/O error) is not a workflow's failure: the worker says so in one line,
 backs off, and tries again; the workflow it was running keeps its journal and
-is taken back once its lease expires.
+is taken back once its lease expires. A worker started while another process
+holds the write lock waits in the same way. A fault that waiting cannot
+clear (read-only, damaged, full or past a file-size limit: anything but locked
+or busy) ends ``--once`` and ``--until-idle`` with that fault's message and a
+non-zero exit status; a worker without either keeps trying, saying the cause.
 """
 from __future__ import annotations
 
@@ -25,10 +29,10 @@ import time
 from pathlib import Path
 
 from .effects import dispatch_outbox
-from .errors import WorkflowError
+from .errors import WorkflowError, passes_by_waiting
 from .journal import WORKFLOWS, Journal, run_workflow
 from .leases import DUE, LEASE_SECONDS, Lease, grant, grant_in_transaction, new_owner, revoke_abandoned
-from .store import immediate, now
+from .store import describe_storage_fault, immediate, now
 
 
 STORAGE_BACKOFF_CAP = 5.0  # seconds between tries while the database keeps failing
@@ -110,6 +114,9 @@ def run_due(journal: Journal, log=print, owner: str | None = None, lease_seconds
         row = journal.workflow(workflow_id)
         if leases and row["fencing_token"] != lease.token:
             log(f"{workflow_id}: lease lost to token {row['fencing_token']}; this worker stopped working on it")
+        elif leases and row["status"] == "running":  # its replay stopped without a write that says why: LeaseLost
+            log(f"{workflow_id}: lease lost (it expired before the heartbeat could renew it); this worker stopped "
+                "working on it")
         else:
             log(f"{workflow_id}: {row['status']}")
     return done
@@ -118,8 +125,13 @@ def run_due(journal: Journal, log=print, owner: str | None = None, lease_seconds
 def run_worker(db_path: str | Path, *, once: bool = False, until_idle: bool = False, poll: float = 0.2,
                lease_seconds: float = LEASE_SECONDS, leases: bool = True, trust_pids: bool = True,
                log=print) -> int:
-    """Run due workflows until SIGTERM (or after one pass, or once nothing is due); return how many runs."""
-    journal = Journal(db_path, create=not Path(db_path).exists())  # never re-initialise an empty file
+    """Run due workflows until SIGTERM (or after one pass, or once nothing is due); return how many runs.
+
+    A locked or busy database is waited for, with backoff, and said so, at
+    the start too. Any other storage fault is raised (``sqlite3.Error``)
+    with ``once`` or ``until_idle``; without them the worker keeps trying.
+    """
+    journal = _open(db_path, poll, log)
     owner = new_owner()
     if not leases:
         for workflow_id in recover_abandoned(journal, assume_dead=True):
@@ -133,12 +145,13 @@ def run_worker(db_path: str | Path, *, once: bool = False, until_idle: bool = Fa
                 ran = run_due(journal, log, owner, lease_seconds, leases, trust_pids, told)
                 faults_in_a_row = 0
             except sqlite3.Error as error:
+                if (once or until_idle) and not passes_by_waiting(error):
+                    raise  # waiting cannot clear it: the command ends with its message
                 faults_in_a_row += 1
-                wait = min(STORAGE_BACKOFF_CAP, poll * 2 ** faults_in_a_row)
-                log(f"storage fault in {Path(db_path).name}: {error}; nothing was lost, trying again in {wait:.1f} s")
+                log(_fault_line(db_path, error, _backoff(poll, faults_in_a_row)))
                 if once:
                     break
-                time.sleep(wait)
+                time.sleep(_backoff(poll, faults_in_a_row))
                 continue
             runs += ran
             if once or (until_idle and ran == 0):
@@ -150,3 +163,27 @@ def run_worker(db_path: str | Path, *, once: bool = False, until_idle: bool = Fa
         journal.close()
     log("worker stopped" + (" (SIGTERM)" if stopping else ""))
     return runs
+
+
+def _open(db_path: str | Path, poll: float, log) -> Journal:
+    """The journal, once it opens: a lock another process holds is waited for, with backoff, and said so."""
+    faults_in_a_row = 0
+    while True:
+        try:
+            return Journal(db_path, create=not Path(db_path).exists())  # never re-initialise an empty file
+        except sqlite3.Error as error:
+            if not passes_by_waiting(error):
+                raise
+            faults_in_a_row += 1
+            log(_fault_line(db_path, error, _backoff(poll, faults_in_a_row)))
+            time.sleep(_backoff(poll, faults_in_a_row))
+
+
+def _backoff(poll: float, faults_in_a_row: int) -> float:
+    return min(STORAGE_BACKOFF_CAP, poll * 2 ** faults_in_a_row)
+
+
+def _fault_line(db_path: str | Path, error: sqlite3.Error, wait: float) -> str:
+    if passes_by_waiting(error):
+        return f"storage fault in {Path(db_path).name}: {error}; nothing was lost, trying again in {wait:.1f} s"
+    return f"storage fault: {describe_storage_fault(error, db_path)} Trying again in {wait:.1f} s."

@@ -195,21 +195,21 @@ def test_no_escalation_slips_between_the_status_read_and_the_grant_and_an_escala
     journal = Journal(db)
     journal.start("counted", {}, "c1")
 
-    import durable_kit.journal as journal_module
-    real_grant, tried = journal_module.grant_in_transaction, []
+    import durable_kit.leases as leases_module
+    real_grant, tried = leases_module.grant_in_transaction, []
 
     def grant_while_a_person_escalates(*args, **kwargs):
         # Between run_workflow's status read and its grant, another process tries to escalate the workflow.
         tried.append(run_python("-c", ESCALATE, str(db), "0.2"))
         return real_grant(*args, **kwargs)
 
-    monkeypatch.setattr(journal_module, "grant_in_transaction", grant_while_a_person_escalates)
+    monkeypatch.setattr(leases_module, "grant_in_transaction", grant_while_a_person_escalates)
     assert run_workflow(journal, "c1") == "done"
     assert tried[0].returncode != 0 and "database is locked" in tried[0].stderr  # it had to wait for the commit
     assert lines(db.with_suffix(".calls")) == ["call"]
 
     journal.start("counted", {}, "c2")
-    monkeypatch.setattr(journal_module, "grant_in_transaction", real_grant)
+    monkeypatch.setattr(leases_module, "grant_in_transaction", real_grant)
     done = run_python("-c", ESCALATE.replace("'c1'", "'c2'"), str(db), "5")
     assert done.returncode == 0, done.stderr
     assert run_workflow(journal, "c2") is None  # escalated before the run: the grant never happens
@@ -555,4 +555,4 @@ def test_a_paused_workflow_is_never_due_until_resumed_and_then_reuses_its_steps(
     assert journal.workflow("p1")["output"] == ["kept", "after the outage"]
     assert {s["name"]: s["attempts"] for s in journal.steps("p1")} == {"first": 1, "second": 1}
     again = kit("resume", "--db", str(db), "--workflow", "p1", "--by", "ops", expect=2)
-    assert "is 'complete', not paused, failed or blocked; nothing was changed" in again.stderr
+    assert "is 'complete', not paused, failed, blocked or escalated; nothing was changed" in again.stderr

@@ -261,7 +261,7 @@ def usage(db_path: str | Path, workflow_id: str, model: str = SCRIPTED_MODEL) ->
     ``waiting_for_provider_seconds`` sums paused spans from paused to resumed
     (or to now). Times are wall-clock readings, for people, not for replay.
     """
-    journal = Journal(db_path)
+    journal = Journal(db_path, read_only=True)  # `status` reads it, even under a paused writer
     try:
         journal.workflow(workflow_id)  # a clear error for an unknown id
         calls, refused = [], 0

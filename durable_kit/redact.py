@@ -16,12 +16,14 @@ Two kinds of secret are replaced by ``[REDACTED]``:
 * values a workflow names as secret in this process (``register_secret``,
   or ``Workflow.secret(NAME)``, which reads an environment variable).
 
-A value stored as JSON is redacted string by string, after decoding
-(``redact_value``): each string and each key is redacted on its own, never a
-match across two strings, so no other field changes. A secret split across
-two strings is redacted in neither. A value whose keys would become the same
-key once redacted is refused (``Unredactable``) and nothing is stored. The
-value under a key named ``aws_secret_access_key`` is redacted whole.
+Each shape is redacted whole: a key's tail with ``/``, ``+`` or ``=`` goes
+with it, and a private key with no END line in the same text is redacted to
+the end of that text. A value stored as JSON is redacted string by string,
+after decoding, so no other field changes (``redact_value``: each string and
+each key on its own, never a match across two strings; a secret split across
+two strings is redacted in neither); a value whose keys would become the same
+key once redacted is refused and nothing is stored (``Unredactable``). A
+string under a key named ``aws_secret_access_key`` is redacted whole.
 
 What it cannot do: recognise a secret that matches no pattern and was never
 registered, or clean what was written before it was registered. Keep secrets

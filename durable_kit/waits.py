@@ -55,7 +55,9 @@ def wait_for(wf: "Workflow", name: str, kind: str, request: Any = None, seconds:
     or, with a ``deadline``, the deadline: whichever comes first is saved for
     good (``{"timed_out": True, "deadline": ...}`` for the deadline). For a
     timer it becomes *waiting* until ``now + seconds``. Either time is fixed
-    the first time the line is reached, so every replay agrees on it.
+    the first time the line is reached, so every replay agrees on it. A
+    deadline or a timer's seconds that is not a finite number from 0 to 100
+    years is refused (``check_seconds``) before the wait is saved.
     """
     if kind not in KINDS:
         raise ValueError(f"a wait's kind is one of {KINDS}, not {kind!r}")

@@ -211,6 +211,17 @@ def test_a_secret_in_a_key_is_redacted_and_keys_that_would_collide_are_refused_w
     assert OPENAI not in done.stderr + done.stdout and HOSTED not in done.stderr + done.stdout
 
 
+def test_a_string_under_a_key_named_aws_secret_access_key_is_redacted_whole_and_nothing_else_changes():
+    from durable_kit.store import to_json
+
+    value = {"aws_secret_access_key": "x" * 40, "AWS_SECRET_ACCESS_KEY": ["kept: a list, not a key's text"],
+             "region": "eu-west-1", "note": f"see {URL}"}
+    assert json.loads(to_json(value, "w1", "s1", "output")) == {
+        "aws_secret_access_key": "[REDACTED]", "AWS_SECRET_ACCESS_KEY": ["kept: a list, not a key's text"],
+        "region": "eu-west-1", "note": "see postgres://[REDACTED]@db.example.com:5432/app"}
+    assert to_json({"plain": "nothing to redact here"}, "w1", "s1", "output") == '{"plain":"nothing to redact here"}'
+
+
 # --- bad input is refused before anything is written ---
 
 DEADLINES = '''

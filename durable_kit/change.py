@@ -1,16 +1,20 @@
 """Floor 8: change and time. Versions, the determinism check, cancellation, step timeouts and forks.
 
 A durable workflow outlives the code that started it. Replay is only safe if
-the new code asks for the same steps, in the same order, with the same inputs
-as the journal recorded; so every replay checks each step's name at its
-position and, for a completed step, its input, and blocks the workflow at the
+the new code asks for the same steps and waits, in the same order, steps with
+the same inputs, as the journal recorded; so every replay checks each step's
+and wait's name at its position and, for a completed step, its input, and
+blocks the workflow at the
 first difference, before anything after it runs (``Workflow._place``). A
 change that must reach running workflows goes behind ``Workflow.patched``.
 
 The other ways a long task changes course: a person cancels it (its completed
 effects are undone by their compensations, newest first, each a durable step
-of its own); a step takes too long (``StepTimeout``); a fixed prompt is tried
-again from a given step (``fork``), leaving the original untouched.
+of its own; one that keeps failing pauses the workflow before any older one
+runs, and ``resume`` continues from it); a step takes too long
+(``StepTimeout``); a fixed prompt is tried again from a given step (``fork``,
+which follows the original's recorded decisions up to that step), leaving
+the original untouched.
 """
 from __future__ import annotations
 
@@ -28,7 +32,8 @@ from .store import append_event, from_json, immediate, now, to_json
 if TYPE_CHECKING:
     from .journal import Journal
 
-# A compensation is retried like a flaky call: it must happen, so it escalates only after several tries.
+# A compensation is retried like a flaky call; it must happen, so once its tries are spent it pauses the
+# workflow for a person (``Workflow._compensation_failed``), never ends it.
 COMPENSATION_RETRY = RetryPolicy(max_attempts=5, base_delay=1.0, max_delay=30.0)
 
 
@@ -45,18 +50,28 @@ def source_version(fn: Callable) -> str:
     return "src-" + hashlib.sha256(source.encode()).hexdigest()[:12]
 
 
-def divergence(recorded: dict[int, dict], position: int, name: str, input_json: str) -> str | None:
-    """What differs between the journal's step at ``position`` and the one the code asks for; None if nothing."""
+def divergence(recorded: dict[int, dict], position: int, name: str, input_json: str | None,
+               wait: bool = False) -> str | None:
+    """What differs between the journal's step or wait at ``position`` and the one the code asks for; None if nothing.
+
+    Steps and waits share one order: a wait renamed, moved or removed after
+    the workflow passed it diverges as a step does.
+    """
     here = recorded.get(position)
+    asked = "wait" if wait else "step"
     if here is None:
         elsewhere = next((p for p, r in recorded.items() if r["name"] == name), None)
         if elsewhere is not None:
-            return (f"step {name!r} is asked for at position {position}, but the journal recorded it at position "
-                    f"{elsewhere} (steps reordered)")
+            return (f"{asked} {name!r} is asked for at position {position}, but the journal recorded it at position "
+                    f"{elsewhere} ({'steps and waits' if wait else 'steps'} reordered)")
         return None
-    if here["name"] != name:
+    if here["name"] != name or here["wait"] != wait:
         later = any(p > position and r["name"] == name for p, r in recorded.items())
         earlier = any(p < position and r["name"] == name for p, r in recorded.items())
+        if here["wait"] or wait:  # a wait is involved: say which is which
+            why = "reordered" if earlier else "removed, or reordered" if later else "renamed, inserted or removed"
+            return (f"at position {position} the journal recorded {'wait' if here['wait'] else 'step'} "
+                    f"{here['name']!r}, but the code asked for {asked} {name!r} ({why})")
         why = ("steps reordered" if earlier else "a step removed, or steps reordered" if later
                else "a step renamed, inserted or removed")
         return (f"at position {position} the journal recorded step {here['name']!r}, but the code asked for "
@@ -68,12 +83,16 @@ def divergence(recorded: dict[int, dict], position: int, name: str, input_json: 
 
 
 def steps_left_over(recorded: dict[int, dict], last_position: int) -> str | None:
-    """At the end of a replay: the completed steps the code no longer asked for, or None."""
-    left = [f"{r['name']!r} (position {p})" for p, r in sorted(recorded.items())
-            if p > last_position and r["status"] == "complete"]
-    if left:
-        return f"the journal recorded completed steps the code no longer asks for: {', '.join(left)} (steps removed)"
-    return None
+    """At the end of a replay: the completed steps and decided waits the code no longer asked for, or None."""
+    left = [(p, r) for p, r in sorted(recorded.items())
+            if p > last_position and r["status"] in ("complete", "resolved")]
+    if not left:
+        return None
+    if not any(r["wait"] for _, r in left):
+        named = ", ".join(f"{r['name']!r} (position {p})" for p, r in left)
+        return f"the journal recorded completed steps the code no longer asks for: {named} (steps removed)"
+    named = ", ".join(f"{'wait' if r['wait'] else 'step'} {r['name']!r} (position {p})" for p, r in left)
+    return f"the journal recorded what the code no longer asks for: {named} (removed)"
 
 
 def within(seconds: float, activity: Callable[[], Any], workflow_id: str, step: str) -> Any:
@@ -101,14 +120,31 @@ def within(seconds: float, activity: Callable[[], Any], workflow_id: str, step: 
     return outcome["value"]
 
 
+COMPENSATION = "compensate:"  # a compensation's step name: this prefix and the name of the step it undoes
+
+# What a workflow that ended while a cancellation was asked for did instead, by its final status.
+ENDED_INSTEAD = {"complete": "completed", "escalated": "escalated", "stopped": "stopped", "rejected": "was rejected"}
+
+
+def too_late(status: str, request: dict) -> str:
+    """What ``status`` and ``history`` say of a cancellation that came after the workflow's last boundary."""
+    return (f"{ENDED_INSTEAD.get(status, status)} before the cancellation took effect "
+            f"(requested by {request['by']}: {request['reason']})")
+
+
 def cancel(journal: "Journal", workflow_id: str, by: str, reason: str) -> dict:
     """Ask a workflow to stop at its next step boundary and compensate; return its row.
 
-    Cooperative: a running replay stops before its next new step (or wait),
-    so an activity already running finishes first. A waiting, pending,
-    paused, blocked or failed workflow is made runnable so that a worker
-    runs its compensations. Who and why are recorded. A final workflow is
-    refused and nothing changes; cancelling again keeps the first request.
+    Cooperative: a running replay stops before its next new step or wait
+    (a wait already decided counts, where no later step was recorded), so
+    an activity already running finishes first; a workflow whose code has
+    no boundary left completes, and its history and ``status`` say it
+    completed before the cancellation took effect. A waiting, pending,
+    paused or failed workflow is made runnable so that a worker runs its
+    compensations. Who and why are recorded. A final workflow is refused,
+    and so is a blocked one (its compensations come from code that replays
+    its history, which it does not have); either way nothing changes.
+    Cancelling again keeps the first request.
     """
     if not by.strip() or not reason.strip():
         raise WorkflowError(f"workflow {workflow_id!r}: say who cancels and why; nothing was changed.")
@@ -116,6 +152,11 @@ def cancel(journal: "Journal", workflow_id: str, by: str, reason: str) -> dict:
         row = journal.row_for_update(workflow_id)
         if row["status"] in FINAL_STATUSES:
             raise WorkflowError(f"workflow {workflow_id!r} is already {row['status']}; nothing was changed.")
+        if row["status"] == "blocked":
+            raise WorkflowError(
+                f"workflow {workflow_id!r} is blocked: its code no longer replays its recorded history, so the "
+                "compensations of its steps cannot be found. Deploy code that replays it (for example behind "
+                "wf.patched), resume it, then cancel it. Nothing was changed.")
         if row["cancel_requested"] is None:
             request = to_json({"by": by, "reason": reason}, workflow_id, None, "cancellation")
             journal.conn.execute(
@@ -127,15 +168,25 @@ def cancel(journal: "Journal", workflow_id: str, by: str, reason: str) -> dict:
     return journal.workflow(workflow_id)
 
 
+def patch_input(position: int) -> str:
+    """A patch decision's stored input: how many steps its replay had placed when it was decided (for ``fork``)."""
+    return json.dumps({"after_position": position})
+
+
 def fork(journal: "Journal", workflow_id: str, new_id: str, up_to: str, by: str, versions: dict[str, str],
          input: dict | None = None) -> str:
     """Start ``new_id`` from ``workflow_id``'s journal: its completed steps up to and including ``up_to``.
 
-    The new workflow reuses those outputs (and the decisions people made
-    before that step), records its origin and the code version it starts
-    under, and runs every later step again, under its own id: its effects
-    carry its own keys, so an effect the original already made is made
-    again. The original is not touched. ``input`` replaces the input.
+    The new workflow reuses those outputs and the decisions recorded before
+    that step: people's decisions, ended timers and deadlines, and the patch
+    decisions (``wf.patched``) taken before it, so its replay follows the
+    original's path. An outbox step (``send_via_outbox``) up to and including
+    ``up_to`` is reused with its delivery: its key stays the original's and
+    nothing is sent again; while that delivery is not sent yet the fork is
+    refused and nothing changes. The fork records its origin and the code
+    version it starts under, and runs every later step again, under its own
+    id: its effects carry its own keys, so an effect the original already
+    made is made again. The original is not touched. ``input`` replaces the input.
     """
     conn = journal.conn
     with immediate(conn):
@@ -150,6 +201,17 @@ def fork(journal: "Journal", workflow_id: str, new_id: str, up_to: str, by: str,
                 " ORDER BY position", (workflow_id,))]
             raise WorkflowError(f"workflow {workflow_id!r} has no completed step {up_to!r} to fork from; "
                                 f"its completed steps, in order: {done}. Nothing was changed.")
+        undelivered = conn.execute(
+            "SELECT o.action, o.key FROM outbox o JOIN steps s ON s.workflow_id = o.workflow_id AND s.name = o.action"
+            " WHERE o.workflow_id = ? AND s.position <= ? AND NOT EXISTS (SELECT 1 FROM waits w"
+            "   WHERE w.workflow_id = o.workflow_id AND w.name = o.action || ':receipt' AND w.status = 'resolved')"
+            " ORDER BY s.position LIMIT 1", (workflow_id, last["position"])).fetchone()
+        if undelivered is not None:
+            action = undelivered["action"]
+            raise WorkflowError(
+                f"workflow {workflow_id!r}: the outbox delivery of step {action!r} (key {undelivered['key']}) is not "
+                f"sent yet, so a fork up to {up_to!r} would wait for it for ever. Fork once a worker has sent it, or "
+                f"up to a step before {action!r} (the fork then sends its own). Nothing was changed.")
         input_json = original["input"] if input is None else to_json(input, new_id, None, "workflow input")
         origin = json.dumps({"workflow": workflow_id, "up_to": up_to, "by": by})
         conn.execute("INSERT INTO workflows (id, kind, input, status, retry_budget, version, origin, created_at,"
@@ -161,11 +223,23 @@ def fork(journal: "Journal", workflow_id: str, new_id: str, up_to: str, by: str,
             " completed_at) SELECT ?, name, status, input, output, 0, position, versions, started_at, completed_at"
             " FROM steps WHERE workflow_id = ? AND status = 'complete' AND position IS NOT NULL AND position <= ?",
             (new_id, workflow_id, last["position"])).rowcount
+        # Patch decisions taken before the fork point (one recorded before their input said where: by time).
         conn.execute(
-            "INSERT INTO waits (workflow_id, name, kind, request, status, decision, wake_at, created_at, resolved_at)"
-            " SELECT ?, name, kind, request, status, decision, wake_at, created_at, resolved_at FROM waits"
-            " WHERE workflow_id = ? AND status = 'resolved' AND kind IN ('approval', 'clarification')"
-            " AND resolved_at <= ?", (new_id, workflow_id, last["completed_at"]))
+            "INSERT INTO steps (workflow_id, name, status, input, output, attempts, started_at, completed_at)"
+            " SELECT ?, name, status, input, output, 0, started_at, completed_at FROM steps"
+            " WHERE workflow_id = ? AND status = 'complete' AND position IS NULL AND name LIKE 'patched:%'"
+            "   AND COALESCE(json_extract(input, '$.after_position') < ?, completed_at <= ?)",
+            (new_id, workflow_id, last["position"], last["completed_at"]))
+        # Decisions and timers resolved before the fork point (by place; one recorded before waits had a place:
+        # by time), and the receipt of every outbox step copied above.
+        conn.execute(
+            "INSERT INTO waits (workflow_id, name, kind, request, status, decision, wake_at, created_at, resolved_at,"
+            " position) SELECT ?1, name, kind, request, status, decision, wake_at, created_at, resolved_at, position"
+            " FROM waits w WHERE workflow_id = ?2 AND status = 'resolved'"
+            "   AND (COALESCE(position <= ?3, resolved_at <= ?4) OR kind = 'delivery' AND EXISTS (SELECT 1 FROM steps s"
+            "     WHERE s.workflow_id = ?2 AND s.name || ':receipt' = w.name AND s.status = 'complete'"
+            "     AND s.position <= ?3))",
+            (new_id, workflow_id, last["position"], last["completed_at"]))
         append_event(conn, new_id, None, "workflow_forked",
                      f"from {workflow_id} up to {up_to} by {by}: {copied} completed steps reused")
     return new_id

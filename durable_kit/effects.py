@@ -65,9 +65,11 @@ def send_guarded(wf: "Workflow", action: str, send: Callable[[], Any]) -> Any:
     """Call ``send()`` between the fault points ``before_send:<action>`` and ``after_send:<action>``.
 
     Adds no guarantee of its own: inside a step, the strategy of ``send`` (a
-    key or none) decides how many effects a repeated attempt makes.
+    key or none) decides how many effects a repeated attempt makes. It works
+    on the activity's thread too (a step with ``timeout``, a parallel branch).
     """
-    return _between_fault_points(wf.conn, wf.id, action, send)
+    with wf.connection_here() as conn:
+        return _between_fault_points(conn, wf.id, action, send)
 
 
 def _between_fault_points(conn: sqlite3.Connection, workflow_id: str, action: str, send: Callable[[], Any]) -> Any:

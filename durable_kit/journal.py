@@ -33,8 +33,9 @@ must outlive a power loss). Every write survives a process crash.
    returns it): one recorded outcome.
 5. The replay's last write, with the lease given up in the same commit.
    Where the replay completed (the output and status ``complete``; one
-   statement, not synced): a replay computes the same output from the
-   steps' synced outputs. Every other stop (a retry time, a wait, a pause,
+   statement, or with a cancellation that came after the last boundary a
+   transaction that also records it; not synced): a replay computes the
+   same output from the steps' synced outputs. Every other stop (a retry time, a wait, a pause,
    an end, a failure, a block) is synced: it records a time or a decision
    that a replay must not make again.
 
@@ -48,6 +49,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager, nullcontext
@@ -60,7 +62,7 @@ from .errors import Ended, LeaseLost, NonDeterminism, Suspended, WorkflowError, 
 from .faults import tracing, trip
 from .leases import (FINAL_STATUSES, LEASE_SECONDS, LET_GO, Heartbeat, Lease, check, grant_in_transaction,
                      new_owner, release, superseded)
-from .retries import Crashed, FormatFailure, InvalidRequest, RetryPolicy, record_failure
+from .retries import Crashed, FormatFailure, InvalidRequest, RetryPolicy, decide, record_failure
 from .redact import redact, register_secret
 from .store import (DB_NOW, append_event, connect, connect_read_only, encode, from_json, immediate, now, to_json,
                     write)
@@ -130,11 +132,11 @@ COMMIT_OUTPUT = (
 
 
 # A completed replay's last write as one statement: the output, the status, the lease given up, if the token
-# (?5) is still current. The timeline view reads the completion from the row.
+# (?5) is still current and nobody asked to cancel. The timeline view reads the completion from the row.
 RECORD_COMPLETION = (
     "UPDATE workflows SET status = 'complete', output = ?2, error = NULL, updated_at = ?3, completed_at = ?3,"
     "   completed_by = ?4, completed_after = (SELECT COALESCE(MAX(seq), 0) FROM history WHERE workflow_id = ?1)")
-COMPLETE = f"{RECORD_COMPLETION}, {LET_GO} WHERE id = ?1 AND fencing_token = ?5"
+COMPLETE = f"{RECORD_COMPLETION}, {LET_GO} WHERE id = ?1 AND fencing_token = ?5 AND cancel_requested IS NULL"
 
 
 class Journal:
@@ -327,6 +329,12 @@ class Journal:
         append_event(self.conn, workflow_id, step, event, detail)
 
 
+# What a replay reads once: every step, and every wait's place in the order (one statement).
+RECORDED = ("SELECT name, status, input, output, attempts, next_attempt_at, repair_message, position, 0 AS wait"
+            " FROM steps WHERE workflow_id = ?1 UNION ALL SELECT name, status, NULL, NULL, NULL, NULL, NULL,"
+            " position, 1 FROM waits WHERE workflow_id = ?1 AND position IS NOT NULL")
+
+
 class Workflow:
     """One replay of one workflow, from its first line.
 
@@ -351,12 +359,15 @@ class Workflow:
         self.released = False  # set by the write that gave the lease up
         self._token_synced = False  # whether this replay's grant was put on disk (``fencing_token``)
         self._tracing = tracing()  # read once a replay: every boundary is tripped while it is true
+        self._thread = threading.get_ident()  # the thread that may use ``conn``
         self._recorded: set[str] = set()  # names with a row: a step without one starts by the first-attempt statement
-        for r in self.conn.execute("SELECT name, status, input, output, attempts, next_attempt_at, repair_message,"
-                                   " position FROM steps WHERE workflow_id = ?", (self.id,)):
-            self._recorded.add(r["name"])
+        for r in self.conn.execute(RECORDED, (self.id,)):
             if r["position"] is not None:
-                self._by_position[r["position"]] = {"name": r["name"], "status": r["status"], "input": r["input"]}
+                self._by_position[r["position"]] = {"name": r["name"], "status": r["status"], "input": r["input"],
+                                                    "wait": r["wait"]}
+            if r["wait"]:
+                continue
+            self._recorded.add(r["name"])
             if r["status"] == "complete":
                 self._outputs[r["name"]] = r["output"]
                 continue
@@ -381,6 +392,23 @@ class Workflow:
                                 "in the worker's environment (never in the workflow's input).")
         register_secret(value)
         return value
+
+    @contextmanager
+    def connection_here(self):
+        """The journal's connection for the calling thread: ``conn`` on this replay's own thread.
+
+        On another thread (an activity of a step with ``timeout``, a parallel
+        branch) it is a connection of that thread's own, closed afterwards:
+        an SQLite connection is used only by the thread that opened it.
+        """
+        if threading.get_ident() == self._thread:
+            yield self.conn
+            return
+        conn = connect(self.db_path, create=False)
+        try:
+            yield conn
+        finally:
+            conn.close()
 
     @property
     def fencing_token(self) -> int | None:
@@ -421,16 +449,17 @@ class Workflow:
         ``retry.max_attempts`` such attempts, or ``CRASH_LIMIT`` without a
         policy, the step escalates instead of looping for ever.
 
-        Every replay must ask for the same steps in the same order with the
-        same inputs: a step renamed, reordered, inserted or removed, or a
-        completed step asked for with another input, blocks the workflow
+        Every replay must ask for the same steps and waits in the same order,
+        steps with the same inputs: a step or wait renamed, reordered, inserted
+        or removed, or a completed step asked for with another input, blocks the workflow
         (``NonDeterminism``) before anything after it runs. ``versions``
         (prompt, model, policy, source) are recorded with the step.
         ``compensate(output)`` undoes a completed step if the workflow is
-        cancelled (``Journal.cancel``). ``timeout`` fails an attempt that takes
+        cancelled (``Journal.cancel``; ``_stop_if_cancelled`` says in what
+        order). ``timeout`` fails an attempt that takes
         longer (``StepTimeout``, transient): the activity runs on a thread
         that cannot be stopped, so its late result is discarded but whatever
-        it does meanwhile still happens.
+        it does meanwhile still happens (``send_guarded`` works on that thread).
         """
         self._claim_name(name)
         input_json = to_json(step_input, self.id, name, "step input")
@@ -481,7 +510,8 @@ class Workflow:
         Wrap a change to a workflow's steps in ``if wf.patched("why"):``. A
         workflow that had recorded steps beyond this point before the change
         replays the old path; a new one takes the new path. The answer is
-        recorded the first time, so every later replay agrees.
+        recorded the first time, so every later replay agrees, and so does a
+        fork taken past this line (``Journal.fork`` copies the answer).
         """
         key = f"patched:{name}"
         self._claim_name(key)
@@ -490,10 +520,10 @@ class Workflow:
         new_path = not any(position > self._position for position in self._by_position)
         with self._write():
             self._write_reused()
-            inserted = self.conn.execute(
-                "INSERT INTO steps (workflow_id, name, status, output, attempts, started_at, completed_at)"
-                " VALUES (?, ?, 'complete', ?, 1, ?, ?) ON CONFLICT (workflow_id, name) DO NOTHING",
-                (self.id, key, json.dumps(new_path), now(), now())).rowcount
+            inserted = self.conn.execute(  # its input: how many steps came before it, for a fork (``change.fork``)
+                "INSERT INTO steps (workflow_id, name, status, input, output, attempts, started_at, completed_at)"
+                " VALUES (?, ?, 'complete', ?, ?, 1, ?, ?) ON CONFLICT (workflow_id, name) DO NOTHING",
+                (self.id, key, change.patch_input(self._position), json.dumps(new_path), now(), now())).rowcount
             if inserted:
                 self.journal._event(self.id, key, "patch_decided", "new path" if new_path else "old path (replaying "
                                     "a history written before the change)")
@@ -502,10 +532,10 @@ class Workflow:
         self._outputs[key] = json.dumps(new_path)
         return new_path
 
-    def _place(self, name: str, input_json: str) -> int:
-        """Give the next step its position; block the workflow if the journal recorded something else there."""
+    def _place(self, name: str, input_json: str | None, wait: bool = False) -> int:
+        """Give the next step (or wait) its position; block the workflow if the journal recorded something else there."""
         self._position += 1
-        problem = change.divergence(self._by_position, self._position, name, input_json)
+        problem = change.divergence(self._by_position, self._position, name, input_json, wait)
         if problem:
             self._block(problem)
         return self._position
@@ -524,8 +554,20 @@ class Workflow:
         if compensate is not None:
             self._compensations.append((name, compensate, output))
 
+    def _at_frontier(self) -> bool:
+        """True where this replay has gone past every step it recorded (its compensations aside): a new boundary."""
+        return not any(position > self._position and not recorded["name"].startswith(change.COMPENSATION)
+                       for position, recorded in self._by_position.items())
+
     def _stop_if_cancelled(self) -> None:
-        """At a step boundary: if someone cancelled the workflow, compensate what it did and end it *cancelled*."""
+        """At a step boundary: if someone cancelled the workflow, compensate what it did and end it *cancelled*.
+
+        Every compensation registered so far runs, newest first, each the
+        durable step ``compensate:<step>``: a completed one is reused, so a
+        replay after a crash or a retry continues where the last stopped. One
+        that keeps failing pauses the workflow there (``_compensation_failed``)
+        and no older one runs before it succeeds.
+        """
         if self._cancelling:
             return
         row = self.conn.execute("SELECT cancel_requested FROM workflows WHERE id = ?", (self.id,)).fetchone()
@@ -535,7 +577,7 @@ class Workflow:
         self._cancelling = True
         undone = []
         for name, undo, output in reversed(self._compensations):  # newest first, each a durable step of its own
-            self.execute_step(f"compensate:{name}", partial(undo, output), {"undoes": name},
+            self.execute_step(f"{change.COMPENSATION}{name}", partial(undo, output), {"undoes": name},
                               retry=change.COMPENSATION_RETRY)
             undone.append(name)
         reason = f"cancelled by {request['by']}: {request['reason']}"
@@ -559,8 +601,9 @@ class Workflow:
         A branch that raises is marked *failed*; the others still commit, then
         the first error is raised (no retry policy here: retry the whole
         fan-out from a later replay, which reuses what finished).
-        Activities run in other threads: they must not touch ``wf.conn``, and
-        anything they write to SQLite needs a connection opened in that thread.
+        Activities run in other threads: they must not touch ``wf.conn``
+        (``send_guarded`` uses ``wf.connection_here()``), and anything else
+        they write to SQLite needs a connection opened in that thread.
         """
         inputs = inputs or {}
         results: dict[str, Any] = {}
@@ -677,9 +720,10 @@ class Workflow:
             raise ValueError(f"end() takes 'rejected', 'stopped' or 'escalated', not {status!r}")
         with self._write(last=True):
             self._write_reused()
-            self.conn.execute("UPDATE workflows SET status = ?, error = ?, updated_at = ? WHERE id = ?",
-                              (status, redact(reason), now(), self.id))
+            late = self.conn.execute("UPDATE workflows SET status = ?, error = ?, updated_at = ? WHERE id = ?"
+                                     " RETURNING cancel_requested", (status, redact(reason), now(), self.id)).fetchone()
             self.journal._event(self.id, None, f"workflow_{status}", reason)
+            self._report_late_cancellation(status, late)
         raise Ended(f"workflow {self.id!r}: {status}: {reason}")
 
     def pause(self, reason: str, until: float | None = None) -> None:
@@ -693,31 +737,68 @@ class Workflow:
         self._stop_if_cancelled()
         with self._write(last=True):
             self._write_reused()
-            self.conn.execute("UPDATE workflows SET status = 'paused', error = ?, next_run_at = ?, updated_at = ?"
-                              " WHERE id = ?", (redact(reason), until, now(), self.id))
-            self.journal._event(self.id, None, "workflow_paused",
-                                reason + ("" if until is None else f" (resumes in {max(0.0, until - now()):.0f} s)"))
+            self._record_pause(reason, until)
         raise Suspended(f"workflow {self.id!r} paused: {reason}")
+
+    def _record_pause(self, reason: str, until: float | None = None) -> None:
+        # Inside the caller's write: status *paused* with its reason, and the event that says so.
+        self.conn.execute("UPDATE workflows SET status = 'paused', error = ?, next_run_at = ?, updated_at = ?"
+                          " WHERE id = ?", (redact(reason), until, now(), self.id))
+        self.journal._event(self.id, None, "workflow_paused",
+                            reason + ("" if until is None else f" (resumes in {max(0.0, until - now()):.0f} s)"))
 
     def _after_failure(self, name: str, error: Exception, retry: RetryPolicy | None) -> Any:
         """Commit the failed attempt and the path it takes in one transaction; raise accordingly.
 
         If the step completed meanwhile (an unfenced racer), that recorded
         output is returned instead: a failure never replaces an output.
+        A compensation (while cancelling) is retried by its policy, and
+        never ends the workflow: a failure that would escalate, stop or fail
+        it pauses it instead (``_compensation_failed``).
         """
         with self._write() as conn:
             self._write_reused()
-            decision = record_failure(conn, self.id, name, error, retry)
-            if decision is not None and decision.path != "fail":  # a retry schedule or an end: this replay stops
+            stuck = self._compensation_failed(name, error, retry) if self._cancelling else None
+            decision = record_failure(conn, self.id, name, error, None if stuck else retry)
+            if decision is not None and stuck:
+                self._record_pause(stuck)
+            if decision is not None and (stuck or decision.path != "fail"):  # a schedule, a pause or an end
                 self._let_go(conn)
         trip(self.conn, f"after_failure:{name}", self.id)
         if decision is None:
             return self._adopt_recorded_output(name)
+        if stuck:
+            raise Suspended(f"workflow {self.id!r} paused: {stuck}")
         if decision.path == "fail":
             raise error
         if decision.path == "retry":
             raise Suspended(f"workflow {self.id!r}, step {name!r}: retry scheduled in {decision.delay:g} s")
         raise Ended(f"workflow {self.id!r}, step {name!r}: {decision.reason}")
+
+    def _compensation_failed(self, name: str, error: Exception, retry: RetryPolicy | None) -> str | None:
+        """Inside the failure's write: None if this compensation's failure is retried, else why the workflow pauses.
+
+        A compensation must happen, and the older ones may run only after it
+        (newest first), so no failure of one ends the workflow: once its
+        policy would not retry (its attempts or the retry budget spent, or a
+        failure no retry answers), the workflow is *paused* for a person. A
+        ``resume`` continues from this compensation; from then on each
+        failed attempt pauses it again.
+        """
+        row = self.conn.execute(
+            "SELECT s.attempts, w.retry_budget - w.retries_used AS budget_left FROM steps s"
+            " JOIN workflows w ON w.id = s.workflow_id WHERE s.workflow_id = ? AND s.name = ?",
+            (self.id, name)).fetchone()
+        if row is None:
+            return None
+        policy = retry or change.COMPENSATION_RETRY
+        decision = decide(error, row["attempts"], policy, row["budget_left"])
+        if decision.path == "retry":
+            return None
+        why = (f"{type(error).__name__} on attempt {row['attempts']}, after a resume: {error}"
+               if row["attempts"] > policy.max_attempts else decision.reason)
+        return (f"cancelling: compensation {name!r} did not succeed ({why}); no older compensation runs before it "
+                "does. Fix the cause, then resume it: it continues from this compensation.")
 
     def _record_attempt_failure(self, name: str, error: Exception) -> None:
         # A failure answered at once (by a repair or a fallback, or by failing the fan-out): no decision to take.
@@ -869,16 +950,23 @@ class Workflow:
         if problem:
             self._block(problem)
         parameters = (self.id, output_json, now(), os.getpid())
-        if self.lease is not None and not self._reused:
-            if not write(self.conn, COMPLETE, (*parameters, self.lease.token)):
-                with self._write():  # the token moved on: LeaseLost
-                    pass
+        if self.lease is not None and not self._reused and write(self.conn, COMPLETE, (*parameters, self.lease.token)):
             self.released = True
-        else:
-            with self._write(synced=False, last=True):
-                self._write_reused()
-                self.conn.execute(f"{RECORD_COMPLETION} WHERE id = ?1", parameters)
+            return decoded
+        # Else a transaction: no lease, reuse events to write, the token moved on (LeaseLost) or a cancellation
+        # came after the last boundary, which the history then reports.
+        with self._write(synced=False, last=True):
+            self._write_reused()
+            late = self.conn.execute(f"{RECORD_COMPLETION} WHERE id = ?1 RETURNING cancel_requested",
+                                     parameters).fetchone()
+            self._report_late_cancellation("complete", late)
         return decoded
+
+    def _report_late_cancellation(self, status: str, row) -> None:
+        # Inside the write that ended the workflow: a cancellation asked for meanwhile took no effect; say so.
+        if row is not None and row["cancel_requested"] is not None:
+            self.journal._event(self.id, None, "cancel_too_late",
+                                change.too_late(status, json.loads(row["cancel_requested"])))
 
     def fail(self, error: BaseException) -> None:
         """Commit status ``failed`` with the error (with any pending reuse events)."""

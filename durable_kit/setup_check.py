@@ -1,4 +1,4 @@
-"""The workshop's set-up check: ``python -m durable_kit check-setup`` and the first cell of notebook 00.
+"""The workshop's set-up check: ``python -m durable_kit check-setup`` and section 1 of notebook 00.
 
 Each check tries the real thing (open a WAL database in the scratch folder,
 start a child process and SIGKILL it, ...) and reports one line: ``ok`` or
@@ -57,7 +57,7 @@ def check_python() -> Check:
 def check_package(package: str, minimum: tuple[int, int]) -> Check:
     """An installed distribution at least ``minimum`` (major, minor)."""
     name = f"{package} {minimum[0]}.{minimum[1]} or newer"
-    fix = 'run `python -m pip install -e ".[test]"` from the checkout, in the environment your kernel uses'
+    fix = 'run `python -m pip install -e ".[workshop]"` from the checkout, in the environment your kernel uses'
     try:
         found = version(package)
     except PackageNotFoundError:
@@ -137,7 +137,7 @@ def check_child_process() -> Check:
 def check_widgets_extension() -> Check:
     """The ipywidgets extension is installed where this environment's JupyterLab looks for extensions."""
     name = "JupyterLab widgets extension"
-    fix = ('install ipywidgets into the environment that runs `jupyter lab` (python -m pip install -e ".[test]" '
+    fix = ('install ipywidgets into the environment that runs `jupyter lab` (python -m pip install -e ".[workshop]" '
            "there), then reload the browser tab")
     try:
         from jupyter_core.paths import jupyter_path

@@ -20,7 +20,7 @@ from urllib.parse import quote
 
 from .redact import Unredactable, redact, redact_value, secrets_in_json
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 SYNCHRONOUS_LEVELS = ("OFF", "NORMAL", "FULL", "EXTRA")
 
 
@@ -77,7 +77,7 @@ CREATE TABLE IF NOT EXISTS steps (
     error           TEXT,
     next_attempt_at REAL,  -- a retrying step does not run before this time
     repair_message  TEXT,  -- the validation message a repair answers (a retry repeats the repair, not the request)
-    position        INTEGER,  -- its place in the workflow's order of steps, checked on every replay
+    position        INTEGER,  -- its place in the workflow's order of steps and waits, checked on every replay
     versions        TEXT,  -- JSON: prompt, model, policy or source versions the step ran under
     -- Its first attempt and its output, each written by one statement with the row: when, by which process,
     -- and after which history event (seq). The timeline view reads them from here, so the history table
@@ -110,6 +110,7 @@ CREATE TABLE IF NOT EXISTS waits (
     wake_at     REAL,  -- a timer's end or a decision's deadline, computed once when the workflow first reached it
     created_at  REAL NOT NULL,
     resolved_at REAL,
+    position    INTEGER,  -- its place in the workflow's order of steps and waits, checked on every replay
     PRIMARY KEY (workflow_id, name)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS reservations (
@@ -160,7 +161,7 @@ CREATE VIEW IF NOT EXISTS timeline (workflow_id, after, derived, at, pid, step, 
       FROM workflows WHERE completed_by IS NOT NULL;
 CREATE TABLE IF NOT EXISTS faults (
     point   TEXT PRIMARY KEY,
-    action  TEXT NOT NULL CHECK (action = 'exit' OR action = 'kill' OR action = 'fail' OR action = 'delay'),
+    action  TEXT NOT NULL CHECK (action IN ('exit', 'kill', 'fail', 'delay', 'stop')),
     seconds REAL NOT NULL DEFAULT 0  -- how long 'delay' sleeps
 );
 """

@@ -58,16 +58,22 @@ def wait_for(wf: "Workflow", name: str, kind: str, request: Any = None, seconds:
     the first time the line is reached, so every replay agrees on it. A
     deadline or a timer's seconds that is not a finite number from 0 to 100
     years is refused (``check_seconds``) before the wait is saved.
+    A wait is a step boundary: a cancellation is carried out before it
+    waits, and before a saved decision is returned where nothing was
+    recorded after this wait (``Workflow._at_frontier``).
     """
     if kind not in KINDS:
         raise ValueError(f"a wait's kind is one of {KINDS}, not {kind!r}")
     check_seconds(wf.id, name, "timer's seconds" if kind == "timer" else "deadline",
                   seconds if kind == "timer" else deadline, optional=kind != "timer")
     wf._claim_name(name)
+    position = wf._place(name, None, wait=True)  # steps and waits share one order, checked on every replay
     conn = wf.conn
     select = "SELECT * FROM waits WHERE workflow_id = ? AND name = ?"
     row = _check_kind(wf, name, kind, conn.execute(select, (wf.id, name)).fetchone())
     if row is not None and row["status"] == "resolved":  # a decision never changes: no lock needed
+        if wf._at_frontier():  # nothing recorded after it: a boundary, where a cancellation comes first
+            wf._stop_if_cancelled()
         return from_json(row["decision"])
     wf._stop_if_cancelled()
     request_json = to_json(request, wf.id, name, f"{kind} request")
@@ -80,8 +86,9 @@ def wait_for(wf: "Workflow", name: str, kind: str, request: Any = None, seconds:
         wf._write_reused()
         if row is None:
             wake_at = None if after is None else now() + after
-            conn.execute("INSERT INTO waits (workflow_id, name, kind, request, status, wake_at, created_at)"
-                         " VALUES (?, ?, ?, ?, 'waiting', ?, ?)", (wf.id, name, kind, request_json, wake_at, now()))
+            conn.execute("INSERT INTO waits (workflow_id, name, kind, request, status, wake_at, created_at, position)"
+                         " VALUES (?, ?, ?, ?, 'waiting', ?, ?, ?)",
+                         (wf.id, name, kind, request_json, wake_at, now(), position))
             append_event(conn, wf.id, name, f"waiting_for_{kind}", None if after is None else f"for {after:g} s")
         else:
             wake_at = row["wake_at"]  # fixed when first reached: a replay never moves it

@@ -27,6 +27,14 @@ def run_python(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
+def kit(*args: str, expect: int | None = 0) -> subprocess.CompletedProcess:
+    """Run ``python -m durable_kit ARGS``; with ``expect``, assert its exit status (showing its output if not)."""
+    done = run_python("-m", "durable_kit", *args)
+    if expect is not None:
+        assert done.returncode == expect, (done.stdout, done.stderr)
+    return done
+
+
 def wait_until(condition, timeout: float = 20.0, what: str = "condition"):
     """Poll ``condition`` every 20 ms until it returns something true; return that, or fail after ``timeout``."""
     deadline = time.monotonic() + timeout

@@ -158,7 +158,8 @@ def test_a_patch_lets_a_running_workflow_replay_the_old_path_and_new_ones_take_t
 
 # --- cancellation with compensation ---
 
-BOOKING = '''
+# A workflow module's first lines: ``send`` writes one line per call to the file beside the journal.
+SENDER = '''
 from pathlib import Path
 import durable_kit
 from durable_kit import effect_key
@@ -169,7 +170,9 @@ def send(wf, kind, action):
     with Path(wf.db_path).with_suffix(".sent").open("a") as log:
         log.write(f"{kind} {key}\\n")
     return {"key": key}
+'''
 
+BOOKING = SENDER + '''
 
 @durable_kit.workflow("booking")
 def booking(wf):
@@ -218,24 +221,40 @@ def test_cancelling_a_waiting_workflow_undoes_each_effect_once_newest_first_even
     assert "is already cancelled; nothing was changed" in refused.stderr
 
 
+# A workflow module's lines for an activity that runs until someone cancels its workflow (no timing involved).
+AWAIT_CANCEL = '''
+import sqlite3
+import time
+
+
+def wait_for_the_cancellation(wf):
+    conn = sqlite3.connect(str(wf.db_path))
+    deadline = time.monotonic() + 60
+    while conn.execute("SELECT cancel_requested FROM workflows WHERE id = ?", (wf.id,)).fetchone()[0] is None:
+        assert time.monotonic() < deadline, "no cancellation came"
+        time.sleep(0.02)
+    conn.close()
+    return "sent"
+'''
+
+
 def test_a_running_workflow_stops_at_its_next_step_boundary_when_cancelled(tmp_path):
     import subprocess
     import sys
 
-    from conftest import ROOT
+    from conftest import ROOT, wait_until
     db, module = tmp_path / "journal.db", tmp_path / "booking.py"
-    module.write_text(BOOKING)
+    charge = 'lambda: send(wf, "charge", "charge_card")'
+    assert charge in BOOKING
+    module.write_text(AWAIT_CANCEL + BOOKING.replace(
+        charge, 'lambda: (wait_for_the_cancellation(wf), send(wf, "charge", "charge_card"))[1]'))
     kit("start", "--db", str(db), "--kind", "booking", "--input", "{}", "--id", "b1", "--module", str(module))
-    arm(Journal(db).conn, "after_activity:charge_card", "delay", 1.5)
     running = subprocess.Popen([sys.executable, "-m", "durable_kit", "worker", "--db", str(db), "--until-idle",
                                 "--module", str(module)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True)
-    deadline = time.monotonic() + 20
-    while not any(e["event"] == "fault_fired" for e in Journal(db).history("b1")):
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    wait_until(lambda: any(s["name"] == "charge_card" for s in Journal(db).steps("b1")), 60, "the charge to start")
     kit("cancel", "--db", str(db), "--workflow", "b1", "--by", "Dana", "--reason", "changed plans")
-    out, err = running.communicate(timeout=60)
+    out, err = running.communicate(timeout=120)
     assert running.returncode == 0, err
     journal = Journal(db)
     assert journal.workflow("b1")["status"] == "cancelled"

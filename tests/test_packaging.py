@@ -61,7 +61,7 @@ def test_environment_yml_parser_sees_both_lists():
 
 def test_environment_yml_matches_pyproject():
     project = pyproject()["project"]
-    wanted = project["dependencies"] + project["optional-dependencies"]["test"]
+    wanted = project["dependencies"]  # the extras are installed by the Quick start's commands
     conda, pip = environment_yml()
     assert sorted(d.replace(" ", "") for d in conda if d != "pip" and not d.startswith("python")) == sorted(
         d.replace(" ", "") for d in wanted)
@@ -81,11 +81,18 @@ def test_quick_start_has_an_open_command_and_a_test_command():
     assert len(fences) == 2
     assert all(len(lines) == 1 for lines in fences)
     (open_lab,), (run_tests,) = fences
-    assert "jupyter lab" in open_lab
-    assert "pytest" in run_tests
-    assert 'pip install -e ".[test]"' in open_lab
-    # The tests install the optional engines too, so strict nbval runs notebooks 09 and 10's cells for real.
-    assert 'pip install -e ".[test,engines,graduate]"' in run_tests
+    # Learners open their own copies, with the JupyterLab of this environment (so its kernel has durable_kit).
+    assert open_lab == 'python -m pip install -e ".[workshop]" && python -m jupyter lab notebooks/student/'
+    assert run_tests.startswith('python -m pip install -e ".[workshop,test]" && python -m pytest')
+
+
+def test_the_learners_install_has_every_notebooks_engines_and_no_test_tooling():
+    extras = pyproject()["project"]["optional-dependencies"]
+    assert extras["workshop"] == ["durable-agents[engines,graduate]"]
+    learner = {re.split(r"[<>=\[ ]", d)[0] for name in ("engines", "graduate") for d in extras[name]}
+    assert {"dbos", "langgraph", "pgserver"} <= learner
+    assert not learner & {"playwright", "pytest", "nbval"}, "the browser and test tooling belong to the test extra"
+    assert "playwright" in {re.split(r"[<>=\[ ]", d)[0] for d in extras["test"]}
 
 
 def test_ci_runs_the_quick_start_test_command():

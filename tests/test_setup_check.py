@@ -44,7 +44,7 @@ def test_a_missing_package_and_an_old_version_fail_with_the_install_command():
     missing = setup_check.check_package("no-such-distribution-for-the-workshop", (1, 0))
     assert not missing.ok
     assert missing.line() == ("FAIL  no-such-distribution-for-the-workshop 1.0 or newer (not installed): "
-                              'run `python -m pip install -e ".[test]"` from the checkout, in the environment '
+                              'run `python -m pip install -e ".[workshop]"` from the checkout, in the environment '
                               "your kernel uses")
     too_old = setup_check.check_package("pytest", (999, 0))
     assert not too_old.ok and too_old.line().startswith("FAIL  pytest 999.0 or newer (")

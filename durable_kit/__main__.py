@@ -54,6 +54,7 @@ def cmd_run(args) -> int:
 def cmd_start(args) -> int:
     from . import agents  # noqa: F401  (registers the built-in workflows)
     from .journal import WORKFLOWS, Journal
+    from .store import from_json_argument
 
     if args.module:
         load_module(args.module)
@@ -61,11 +62,8 @@ def cmd_start(args) -> int:
         sys.exit(f"no workflow kind {args.kind!r}; known: {sorted(WORKFLOWS)}. Define it in a file and pass --module.")
     if args.input is None and args.topic is None:
         sys.exit("give the workflow's input: --topic TEXT for the research kinds, or --input JSON")
-    try:
-        workflow_input = json.loads(args.input) if args.input else {"topic": args.topic}
-    except json.JSONDecodeError as error:
-        sys.exit(f"error: --input is not JSON ({error.msg} at character {error.pos}); nothing was started. "
-                 """Quote it for the shell, for example --input '{"order_id": "A-1002"}'.""")
+    workflow_input = (from_json_argument(args.input, "--input", "nothing was started.") if args.input
+                      else {"topic": args.topic})
     workflow_id = Journal(args.db).start(args.kind, workflow_input, args.id)
     print(json.dumps({"workflow_id": workflow_id}) if args.json else workflow_id)
     return 0
@@ -75,6 +73,7 @@ def cmd_decide(args) -> int:
     """approve, reject and answer: save a person's decision on one wait and make the workflow runnable."""
     from .errors import WorkflowError
     from .journal import Journal
+    from .redact import redact, redact_value
     from .waits import answer, approve, describe_outcome, reject
 
     journal = Journal(args.db, create=False)
@@ -85,10 +84,11 @@ def cmd_decide(args) -> int:
             decide = approve if args.command == "approve" else reject
             result = decide(journal, args.workflow, args.by, args.comment, wait=args.wait)
     except WorkflowError as error:
-        print(json.dumps({"error": str(error)}) if args.json else f"error: {error}",
+        print(json.dumps({"error": redact(str(error))}) if args.json else f"error: {redact(str(error))}",
               file=sys.stdout if args.json else sys.stderr)
         return 2
     status = journal.workflow(args.workflow)["status"]
+    result = redact_value(result)  # echoed as it was stored: a comment's secrets are never printed
     if args.json:
         print(json.dumps({"workflow_id": args.workflow, "decision": result, "status": status}))
     else:
@@ -117,10 +117,11 @@ def cmd_fork(args) -> int:
     """Start a new workflow from another's journal up to a step; the original is left as it is."""
     from . import agents  # noqa: F401  (registers the built-in workflows, for the version the fork records)
     from .journal import Journal
+    from .store import from_json_argument
 
     if args.module:
         load_module(args.module)
-    new_input = json.loads(args.input) if args.input else None
+    new_input = from_json_argument(args.input, "--input", "nothing was forked.") if args.input else None
     new_id = Journal(args.db, create=False).fork(args.workflow, args.new_id, args.up_to, args.by, new_input)
     print(json.dumps({"workflow_id": new_id, "forked_from": args.workflow, "up_to": args.up_to}) if args.json
           else f"{new_id}: forked from {args.workflow} up to {args.up_to}; a worker runs the rest")
@@ -161,7 +162,8 @@ STATUS_HINTS = {
 
 
 def cmd_status(args) -> int:
-    from .journal import Journal
+    from . import agents  # noqa: F401  (registers the built-in workflows: a kind none of them is, is said so)
+    from .journal import WORKFLOWS, Journal
     from .waits import open_wait
 
     journal = Journal(args.db, read_only=True)
@@ -184,6 +186,9 @@ def cmd_status(args) -> int:
           + (f" - {wf['error']}" if wf["error"] else ""))
     if wf["status"] in STATUS_HINTS:
         print(f"  {STATUS_HINTS[wf['status']]}")
+    if wf["status"] == "pending" and wf["kind"] not in WORKFLOWS:
+        print(f"  its kind {wf['kind']!r} is not one of the kit's own: only a worker started with --module FILE, "
+              f"where FILE registers {wf['kind']!r}, runs it (a worker without it leaves it pending and says so).")
     if wf["origin"]:
         origin = json.loads(wf["origin"])
         print(f"  forked from {origin['workflow']} up to step {origin['up_to']} by {origin['by']}")

@@ -70,6 +70,8 @@ WORKFLOWS: dict[str, Callable[["Workflow"], Any]] = {}
 VERSIONS: dict[str, str] = {}  # kind -> the code version a new workflow of that kind records
 INPUTS: dict[str, dict[str, type]] = {}  # kind -> the input keys it needs, and their types
 
+MAX_RETRY_BUDGET = 1_000_000  # retries a workflow may be given across all its steps
+
 # A step without a retry policy whose attempts keep killing their process escalates after this many.
 CRASH_LIMIT = RetryPolicy(max_attempts=3)
 
@@ -199,9 +201,10 @@ class Journal:
 
         The same id with the same kind and input returns the existing workflow;
         with a different kind or input it raises ``WorkflowError`` and writes nothing.
-        ``retry_budget`` caps the retries charged across all its steps. A kind
-        no module in this process registered is refused (a misspelt kind would
-        wait for ever), unless ``registered_elsewhere``: only the workers load it.
+        ``retry_budget`` caps the retries charged across all its steps: a whole
+        number from 0 to ``MAX_RETRY_BUDGET``, else refused with nothing written.
+        A kind no module in this process registered is refused (a misspelt kind
+        would wait for ever), unless ``registered_elsewhere``: only the workers load it.
         """
         if kind not in WORKFLOWS and not registered_elsewhere:
             raise WorkflowError(
@@ -213,6 +216,11 @@ class Journal:
                                 "task every time. Give the id, or leave it out for a random one. Nothing was started.")
         workflow_id = workflow_id or uuid.uuid4().hex[:12]
         check_input(kind, workflow_id, input)
+        if not isinstance(retry_budget, int) or isinstance(retry_budget, bool) \
+                or not 0 <= retry_budget <= MAX_RETRY_BUDGET:
+            raise WorkflowError(f"workflow {workflow_id!r} of kind {kind!r}: retry_budget must be a whole number of "
+                                f"retries from 0 to {MAX_RETRY_BUDGET}, not {retry_budget!r}. Give one in that range "
+                                "(the default is 10). Nothing was started.")
         input_json = to_json(input, workflow_id, None, "workflow input")
         created = write(self.conn, "INSERT INTO workflows (id, kind, input, status, retry_budget, version,"
                         " created_at, created_by, updated_at) VALUES (?, ?, ?, 'pending', ?, ?, ?, ?, ?)"

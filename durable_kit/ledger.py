@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from .redact import redact
 from .store import OutsideWorld, beside, connect_outside, now
 
 LEDGER_SCHEMA = """
@@ -45,11 +46,11 @@ class Ledger(OutsideWorld):
 
     def record(self, kind: str, operation: str, workflow_id: str | None = None,
                input_tokens: int = 0, output_tokens: int = 0) -> None:
-        """Append one call and commit it before returning."""
+        """Append one call and commit it before returning; its operation is redacted (``redact.redact``)."""
         self.conn.execute(
             "INSERT INTO calls (workflow_id, kind, operation, input_tokens, output_tokens, pid, at)"
             " VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (workflow_id, kind, operation, input_tokens, output_tokens, os.getpid(), now()),
+            (workflow_id, kind, redact(operation), input_tokens, output_tokens, os.getpid(), now()),
         )
 
     def calls(self, kind: str | None = None, workflow_id: str | None = None) -> list[dict]:

@@ -19,7 +19,7 @@ from typing import Any, Iterator
 from urllib.parse import quote
 
 from .errors import SettingError
-from .redact import redact
+from .redact import Unredactable, redact, redact_value, secrets_in_json
 
 SCHEMA_VERSION = 6
 SYNCHRONOUS_LEVELS = ("OFF", "NORMAL", "FULL", "EXTRA")
@@ -442,6 +442,7 @@ def immediate(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
 
 
 _ENCODE = json.JSONEncoder(allow_nan=False, sort_keys=True, separators=(",", ":")).encode
+MAX_DEPTH = 200  # levels of lists and objects a stored value may have: every process can read it back
 
 
 def to_json(value: Any, workflow_id: str, step: str | None, what: str,
@@ -452,33 +453,93 @@ def to_json(value: Any, workflow_id: str, step: str | None, what: str,
 
 def encode(value: Any, workflow_id: str, step: str | None, what: str,
            outcome: str = "Nothing was written.") -> tuple[str, Any]:
-    """``to_json``, with that JSON decoded again: what every later read of the stored value returns."""
+    """``to_json``, with that JSON decoded again: what every later read of the stored value returns.
+
+    Secrets are redacted in the decoded value, string by string and key by
+    key (``redact.redact_value``), never in the JSON text, so a match can
+    never reach across two strings and change another field. Refused with
+    ``NotJSON``: a value that is not strict JSON, one nested deeper than
+    ``MAX_DEPTH`` levels, and one whose keys would become the same key once
+    redacted (``redact.Unredactable``).
+    """
     if value is None:
         return "null", None
+    advice = ("Use only dict, list, str, int, float (finite), bool and None; "
+              "convert other values (for example a datetime to an ISO string) first.")
     try:
-        text = redact(_ENCODE(value))
-        decoded = json.loads(text)
+        text = _ENCODE(value)
+        problem = _too_deep(text)
+        if problem is None:
+            decoded = json.loads(text)
+    except RecursionError:  # the encoder's own limit, below which every value is refused here anyway
+        problem = f"it is nested deeper than {MAX_DEPTH} levels"
     except (TypeError, ValueError) as exc:  # not JSON, NaN or infinite, a circular reference
         problem = _describe_json_problem(value) or str(exc)
     else:
         # json.dumps silently turns int, float, bool and None keys into strings: a value that does not come
-        # back equal is walked to find out why (a tuple, or a redacted secret, is fine).
-        if decoded == value:
-            return text, decoded
-        problem = _describe_json_problem(value)
+        # back equal is walked to find out why (a tuple is fine).
+        if problem is None and decoded != value:
+            problem = _describe_json_problem(value)
         if problem is None:
-            return text, decoded
-    where = f"workflow {workflow_id!r}" + (f", step {step!r}" if step else "")
-    raise NotJSON(
-        f"{where}: the {what} cannot be stored as JSON ({problem}). "
-        "Use only dict, list, str, int, float (finite), bool and None; "
-        f"convert other values (for example a datetime to an ISO string) first. {outcome}"
-    )
+            entries = secrets_in_json(text)
+            if not entries:  # the usual case: a quick look at the text finds no secret's mark
+                return text, decoded
+            try:
+                cleaned = redact_value(decoded, entries)
+            except Unredactable as unsafe:
+                raise NotJSON(f"{_where(workflow_id, step)}: the {what} cannot be stored safely: {unsafe}. Keep "
+                              f"secrets out of keys (put them in values), then try again. {outcome}") from None
+            return (text, decoded) if cleaned is decoded else (_ENCODE(cleaned), cleaned)
+    if problem.startswith("it is nested"):
+        advice = f"Use a flatter value (at most {MAX_DEPTH} levels of lists and objects)."
+    raise NotJSON(f"{_where(workflow_id, step)}: the {what} cannot be stored as JSON ({problem}). {advice} {outcome}")
+
+
+def _where(workflow_id: str, step: str | None) -> str:
+    return f"workflow {workflow_id!r}" + (f", step {step!r}" if step else "")
+
+
+_STRUCTURE = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')  # a string (skipped whole), or a bracket
+
+
+def _too_deep(text: str) -> str | None:
+    """Why ``text`` (JSON) is nested too deep to store, or None; a value with few brackets is not even walked."""
+    if len(text) <= 2 * MAX_DEPTH or text.count("[") + text.count("{") <= MAX_DEPTH:
+        return None
+    depth = 0
+    for token in _STRUCTURE.finditer(text):
+        mark = token.group()
+        if mark in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                return f"it is nested deeper than {MAX_DEPTH} levels"
+        elif mark in "]}":
+            depth -= 1
+    return None
+
+
+def from_json_argument(text: str, flag: str, outcome: str) -> Any:
+    """Decode JSON given on the command line as ``flag``, or raise ``NotJSON`` saying what is wrong and what to give."""
+    problem = None
+    try:
+        problem = _too_deep(text)
+        if problem is None:
+            return json.loads(text)
+    except RecursionError:
+        problem = f"it is nested deeper than {MAX_DEPTH} levels"
+    except json.JSONDecodeError as error:
+        raise NotJSON(f"{flag} is not JSON ({error.msg} at character {error.pos}); {outcome} Quote it for the "
+                      """shell, for example --input '{"order_id": "A-1002"}'.""") from None
+    raise NotJSON(f"{flag} cannot be used ({problem}); {outcome} Give a flatter value (at most {MAX_DEPTH} levels "
+                  "of lists and objects).")
 
 
 def _describe_json_problem(value: Any) -> str | None:
     """Where in ``value`` the first non-JSON item sits, like ``$.scores[2] is nan``; None if all is JSON."""
-    found = _find_problem(value, set())
+    try:
+        found = _find_problem(value, set())
+    except RecursionError:
+        return f"it is nested deeper than {MAX_DEPTH} levels"
     if found is None:
         return None
     path, problem = found

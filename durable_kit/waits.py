@@ -55,13 +55,17 @@ def wait_for(wf: "Workflow", name: str, kind: str, request: Any = None, seconds:
     or, with a ``deadline``, the deadline: whichever comes first is saved for
     good (``{"timed_out": True, "deadline": ...}`` for the deadline). For a
     timer it becomes *waiting* until ``now + seconds``. Either time is fixed
-    the first time the line is reached, so every replay agrees on it.
+    the first time the line is reached, so every replay agrees on it. A
+    deadline or a timer's seconds that is not a finite number from 0 to 100
+    years is refused (``check_seconds``) before the wait is saved.
     A wait is a step boundary: a cancellation is carried out before it
     waits, and before a saved decision is returned where nothing was
     recorded after this wait (``Workflow._at_frontier``).
     """
     if kind not in KINDS:
         raise ValueError(f"a wait's kind is one of {KINDS}, not {kind!r}")
+    check_seconds(wf.id, name, "timer's seconds" if kind == "timer" else "deadline",
+                  seconds if kind == "timer" else deadline, optional=kind != "timer")
     wf._claim_name(name)
     position = wf._place(name, None, wait=True)  # steps and waits share one order, checked on every replay
     conn = wf.conn
@@ -97,6 +101,25 @@ def wait_for(wf: "Workflow", name: str, kind: str, request: Any = None, seconds:
         wf._let_go(conn)  # this replay stops here: no worker is held while it waits
     trip(conn, f"after_wait:{name}", wf.id)
     raise Suspended(f"workflow {wf.id!r} waits for {kind} {name!r}")
+
+
+MAX_SECONDS = 3_155_760_000  # 100 years: the longest timer or deadline, so every time stays a date
+
+
+def check_seconds(workflow_id: str, name: str, what: str, value: Any, optional: bool) -> None:
+    """Raise ``WorkflowError`` unless ``value`` is a finite number of seconds from 0 to ``MAX_SECONDS``.
+
+    Checked before the wait is saved: NaN, an infinity or a time past any date
+    is refused, and nothing about the wait is written.
+    """
+    if value is None and optional:
+        return
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not number or not 0 <= value <= MAX_SECONDS:  # NaN fails every comparison
+        raise WorkflowError(
+            f"workflow {workflow_id!r}, wait {name!r}: the {what} must be a finite number of seconds from 0 to "
+            f"{MAX_SECONDS} (100 years), not {value!r}. Give a number in that range"
+            + (", or no deadline at all" if optional else "") + ", then `resume` it.")
 
 
 def _resolve_at_time(conn, workflow_id: str, name: str, kind: str, decision: dict | None) -> None:

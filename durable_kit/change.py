@@ -136,8 +136,9 @@ def cancel(journal: "Journal", workflow_id: str, by: str, reason: str) -> dict:
     """Ask a workflow to stop at its next step boundary and compensate; return its row.
 
     Cooperative: a running replay stops before its next new step or wait
-    (a wait already decided counts, where no later step was recorded), so
-    an activity already running finishes first; a workflow whose code has
+    (a wait already decided counts, where no later step was recorded, and
+    so does an error its code raises past its recorded steps), so an
+    activity already running finishes first; a workflow whose code has
     no boundary left completes, and its history and ``status`` say it
     completed before the cancellation took effect. A waiting, pending,
     paused or failed workflow is made runnable so that a worker runs its

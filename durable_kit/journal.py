@@ -571,6 +571,16 @@ class Workflow:
         return not any(position > self._position and not recorded["name"].startswith(change.COMPENSATION)
                        for position, recorded in self._by_position.items())
 
+    def _cancel_instead_of_failing(self) -> None:
+        """Where the code raised past every recorded step: a boundary too, so a cancellation asked for comes first.
+
+        Every completed step was replayed, so every compensation is known;
+        ``_stop_if_cancelled`` then compensates and raises. Anywhere else
+        (inside the recorded history, or while compensating) it does nothing.
+        """
+        if not self._cancelling and self._at_frontier():
+            self._stop_if_cancelled()
+
     def _stop_if_cancelled(self) -> None:
         """At a step boundary: if someone cancelled the workflow, compensate what it did and end it *cancelled*.
 
@@ -1009,7 +1019,9 @@ def run_workflow(journal: Journal, workflow_id: str, lease: Lease | None = None,
     returns None: the database says why. So does a replay whose lease was
     lost (its refused write is recorded as ``stale_write_refused``). An
     exception from the workflow marks it ``failed`` and is raised again;
-    ``Journal.resume`` resumes it. A storage fault (locked, full, read-only)
+    ``Journal.resume`` resumes it. Where a cancellation was asked for and
+    the exception came past every recorded step, the workflow compensates
+    and ends *cancelled* instead (``Workflow._cancel_instead_of_failing``). A storage fault (locked, full, read-only)
     is raised without marking anything: the workflow resumes once the
     storage answers.
     """
@@ -1046,6 +1058,10 @@ def run_workflow(journal: Journal, workflow_id: str, lease: Lease | None = None,
                     return None
                 except Exception as exc:
                     if not is_storage_fault(exc):
+                        try:
+                            wf._cancel_instead_of_failing()
+                        except (Suspended, Ended):
+                            return None
                         wf.fail(exc)
                     raise
         except LeaseLost as lost:

@@ -301,6 +301,27 @@ def test_a_cancellation_saved_before_the_workflow_blocked_is_carried_out_once_it
     assert (effects(db, "reserve"), effects(db, "fraud_check"), effects(db, "charge")) == (1, 0, 0)
 
 
+BUGGY = SENDER + '''
+
+@durable_kit.workflow("buggy")
+def buggy(wf):
+    wf.execute_step("s1", lambda: send(wf, "s1", "s1"), compensate=lambda out: send(wf, "undo_s1", "compensate:s1"))
+    raise KeyError("a bug outside any step")
+'''
+
+
+def test_cancelling_a_workflow_whose_code_fails_past_its_last_step_compensates(tmp_path):
+    db, module = started(tmp_path, BUGGY, "buggy", "f1")
+    worker(db, module)
+    journal = Journal(db)
+    assert journal.workflow("f1")["status"] == "failed"
+    kit("cancel", "--db", str(db), "--workflow", "f1", "--by", "Dana", "--reason", "stop")
+    worker(db, module)  # the code raises again past every recorded step: the cancellation comes first
+    wf = journal.workflow("f1")
+    assert (wf["status"], wf["error"]) == ("cancelled", "cancelled by Dana: stop")
+    assert (len(calls(db, "s1")), len(calls(db, "undo_s1"))) == (1, 1)
+
+
 # --- (5) a cancellation that arrives during the last step is reported ---
 
 LAST_STEP = AWAIT_CANCEL + '''

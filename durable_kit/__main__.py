@@ -329,20 +329,23 @@ def cmd_crashlab(args) -> int:
     from . import crashlab
 
     workflow_input = json.loads(args.input)
+    if args.workflows > 1 and isinstance(workflow_input, dict):
+        workflow_input = [workflow_input] * args.workflows
+    promise = json.loads(args.promise) if args.promise.startswith("{") else args.promise
     policy = crashlab.answers(args.answer, approve=not args.reject) if args.answer else (
         crashlab.reject_all if args.reject else crashlab.approve_all)
     common = {"module": args.module, "policy": policy}
+    lab = {**common, "actions": tuple(args.actions.split(",")), "promise": promise,
+           "lease_seconds": args.lease_seconds}
     if args.mode == "fuzz":
         result = crashlab.fuzz_report(crashlab.fuzz(args.kind, workflow_input, trials=args.trials, seed=args.seed,
-                                                    max_kills=args.max_kills, progress=not args.no_progress,
-                                                    **common))
+                                                    max_kills=args.max_kills, progress=not args.no_progress, **lab))
         print(json.dumps(result) if args.json else "\n".join(f"{k}: {v}" for k, v in result.items()))
         return 0
     if args.mode == "steps":
         rows = crashlab.step_map(args.kind, workflow_input, **common)
     else:
-        rows = [crashlab.summary_row(row) for row in crashlab.explore(
-            args.kind, workflow_input, actions=tuple(args.actions.split(",")), **common)]
+        rows = [crashlab.summary_row(row) for row in crashlab.explore(args.kind, workflow_input, **lab)]
     print(json.dumps(rows) if args.json else "\n".join("  ".join(f"{k}={v}" for k, v in r.items()) for r in rows))
     return 0
 
@@ -503,7 +506,16 @@ def build_parser() -> argparse.ArgumentParser:
     crashlab.add_argument("--trials", type=int, default=100, help="fuzz: how many trials")
     crashlab.add_argument("--seed", type=int, default=0, help="fuzz: the same seed arms the same points")
     crashlab.add_argument("--max-kills", type=int, default=2, help="fuzz: kills armed per trial, at most")
-    crashlab.add_argument("--actions", default="exit,kill", help="explore: exit, kill or both (comma-separated)")
+    crashlab.add_argument("--actions", default="exit,kill",
+                          help="exit, kill and/or pause (SIGSTOP past the lease while a standby takes over, then "
+                               "SIGCONT), comma-separated")
+    crashlab.add_argument("--promise", default="exactly-once",
+                          help="what the effects at each destination promise: exactly-once, at-most-once, "
+                               "at-least-once, or a JSON object of them by destination name")
+    crashlab.add_argument("--workflows", type=int, default=1,
+                          help="how many workflows of this input in one journal (or give --input a JSON list)")
+    crashlab.add_argument("--lease-seconds", type=seconds(0.1), default=None,
+                          help="every worker's lease (with pause, default 3 s: a pause lasts about this long)")
     crashlab.add_argument("--answer", help="answer every clarifying question with this text")
     crashlab.add_argument("--reject", action="store_true", help="reject every approval (default: approve)")
     crashlab.add_argument("--no-progress", action="store_true", help="fuzz: no progress bar on stderr")

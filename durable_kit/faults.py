@@ -28,7 +28,7 @@ from .retries import Transient
 from .store import append_event, immediate
 
 CRASH_EXIT_CODE = 13
-ACTIONS = ("exit", "kill", "fail", "delay")
+ACTIONS = ("exit", "kill", "fail", "delay", "stop")
 TRACE_VARIABLE = "DURABLE_KIT_TRACE"
 
 
@@ -37,12 +37,17 @@ class InjectedFailure(Transient):
 
 
 def arm(conn: sqlite3.Connection, point: str, action: str = "exit", seconds: float = 0) -> None:
-    """Arm ``point``: the next process to reach it ends (``exit``/``kill``), raises (``fail``) or sleeps (``delay``)."""
+    """Arm ``point``: the next process to reach it ends (``exit``/``kill``), raises (``fail``), sleeps (``delay``)
+    or stops itself (``stop``: SIGSTOP, until another process sends SIGCONT)."""
     if action not in ACTIONS:
         raise ValueError(f"fault action must be one of {ACTIONS}, not {action!r}")
-    with immediate(conn):
-        conn.execute("INSERT OR REPLACE INTO faults (point, action, seconds) VALUES (?, ?, ?)",
-                     (point, action, seconds))
+    try:
+        with immediate(conn):
+            conn.execute("INSERT OR REPLACE INTO faults (point, action, seconds) VALUES (?, ?, ?)",
+                         (point, action, seconds))
+    except sqlite3.IntegrityError:  # a journal made before 'stop' existed keeps its older CHECK
+        raise ValueError(f"this journal was made before the fault action {action!r} existed, so it cannot arm "
+                         f"{point!r} with it; nothing was armed: start a new journal") from None
 
 
 def disarm_all(conn: sqlite3.Connection) -> list[str]:
@@ -73,7 +78,9 @@ def trip(conn: sqlite3.Connection, point: str, workflow_id: str) -> None:
 
     ``exit`` ends the process with ``os._exit(CRASH_EXIT_CODE)``: no cleanup,
     no flush, no ``finally``. ``kill`` sends SIGKILL to this process (POSIX).
-    ``delay`` sleeps, then returns; ``fail`` raises ``InjectedFailure``.
+    ``delay`` sleeps, then returns; ``stop`` sends SIGSTOP to this process and
+    returns once it is continued (SIGCONT), as a paused owner would; ``fail``
+    raises ``InjectedFailure``.
     """
     if tracing():
         _trace(point, workflow_id)
@@ -92,5 +99,8 @@ def trip(conn: sqlite3.Connection, point: str, workflow_id: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
     if action == "delay":
         time.sleep(row["seconds"])
+        return
+    if action == "stop":
+        os.kill(os.getpid(), signal.SIGSTOP)
         return
     raise InjectedFailure(f"injected failure at {point!r} in workflow {workflow_id!r}")

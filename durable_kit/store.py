@@ -160,7 +160,7 @@ CREATE VIEW IF NOT EXISTS timeline (workflow_id, after, derived, at, pid, step, 
       FROM workflows WHERE completed_by IS NOT NULL;
 CREATE TABLE IF NOT EXISTS faults (
     point   TEXT PRIMARY KEY,
-    action  TEXT NOT NULL CHECK (action = 'exit' OR action = 'kill' OR action = 'fail' OR action = 'delay'),
+    action  TEXT NOT NULL CHECK (action IN ('exit', 'kill', 'fail', 'delay', 'stop')),
     seconds REAL NOT NULL DEFAULT 0  -- how long 'delay' sleeps
 );
 """

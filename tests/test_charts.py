@@ -85,3 +85,14 @@ def test_cost_per_step_draws_each_level_and_the_engines_that_ran(drawn):
     assert [t.get_text() for t in fig.axes[2].get_xticklabels()] == ["raw", "kit"]  # a skipped engine draws nothing
     colours = [matplotlib.colors.to_hex(p.get_facecolor()) for p in fig.axes[2].patches[:2]]
     assert colours == [charts.NEEDED, charts.KEPT]
+
+
+def test_what_was_needed_and_never_done_is_an_orange_bar_of_its_own(drawn):
+    charts.calls_vs_artifacts(["sent", "lost"], [7, 7], 7, [7, 7], "t", stored_label="stored",
+                              missing=[0, 1], missing_label="notifications never sent")
+    (fig,) = drawn
+    orange = [p for p in fig.axes[0].patches if matplotlib.colors.to_hex(p.get_facecolor()) == charts.MISSING]
+    assert [p.get_height() for p in orange] == [0, 1]
+    assert legend(fig)[-1] == "notifications never sent"
+    charts.calls_vs_artifacts(["sent"], [7], 7, [7], "t", missing=[0], missing_label="never sent")
+    assert [t.get_text() for t in drawn[1].axes[0].texts] == ["no calls repeated; never sent: 0 everywhere"]

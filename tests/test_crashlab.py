@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from durable_kit import KeyedService, UnkeyedService, explore, fuzz, step_map, tracing, trip
-from durable_kit.crashlab import CrashLabError, answers, summarize
+from durable_kit.crashlab import INVARIANTS, CrashLabError, answers, promise_violations, summarize
 from durable_kit.fakes.service import KeyReused, StaleToken
 from durable_kit.store import connect
 
@@ -20,17 +20,22 @@ TRAVEL = '''
 """A travel booking agent: a model proposes a flight, a keyed seat hold, an approval,
 a card charge without keys that reconciles first, an itinerary by a keyed mailer."""
 from durable_kit import (KeyedService, ScriptedModel, UnkeyedService, effect_key, reconcile_then_send,
-                         send_guarded, workflow)
+                         send_at_most_once, send_guarded, workflow)
 from travel_services import Cards, Mail, Seats
 
 SCRIPT = [{"when": {}, "action": {"tool": "propose", "args": {"flight": "LX318", "fare": 412.0}}}]
 
 
 def charge_card(wf, cards, fare):
-    if wf.input.get("charge") == "naive":
+    how, token = wf.input.get("charge"), wf.fencing_token
+    if how == "naive":
         return {"receipt": send_guarded(wf, "charge", lambda: cards.charge(wf.id, fare))}
+    if how == "reserve":
+        reserved = send_at_most_once(wf, "charge", lambda key: cards.charge(wf.id, fare))
+        return {"receipt": reserved.get("receipt") or {"effect_id": None}}
+    fenced = {"key": effect_key(wf.id, "charge"), "token": token} if how == "fenced" else {}
     return reconcile_then_send(wf, "charge", lambda: next(iter(cards.effects("charge", booking=wf.id)), None),
-                               lambda: cards.charge(wf.id, fare))
+                               lambda: cards.charge(wf.id, fare, **fenced))
 
 
 @workflow("trip")
@@ -61,8 +66,8 @@ class Seats(KeyedService):
 class Cards(UnkeyedService):
     name = "cards"
 
-    def charge(self, booking, amount):
-        return self.request("charge", {"booking": booking, "amount": amount})
+    def charge(self, booking, amount, key=None, token=None):
+        return self.request("charge", {"booking": booking, "amount": amount}, key, fencing_token=token)
 
 
 class Mail(KeyedService):
@@ -174,17 +179,70 @@ def test_sigkill_at_a_point_is_recovered_like_exit(travel, tmp_path):
     assert crash["invariants_held"] and crash["counts"]["cards effects"] == 1
 
 
-def test_an_unkeyed_charge_without_reconciliation_is_charged_twice_and_flagged(travel, tmp_path):
+def test_an_unkeyed_charge_without_reconciliation_is_charged_twice_caught_and_flagged(travel, tmp_path):
     naive = {**TRIP_INPUT, "charge": "naive"}
     rows = explore("trip", naive, module=travel, actions=("exit",), points=["after_send:charge"],
                    folder=tmp_path / "explore")
     crash = rows[1]
     assert crash["counts"]["cards effects"] == 2 and crash["effects_changed"] == ["cards effects +1"]
-    assert not crash["effects_as_clean"]
-    assert crash["invariants_held"]  # no invariant of the kit covers an unkeyed destination: only the count shows it
+    assert not crash["effects_as_clean"] and not crash["invariants_held"]
+    # The duplicate carries no key, so the keyed-repeat invariant (all the lab once checked) misses it;
+    # counting every effect against the clean run and the promise catches it.
+    assert crash["violations"] == [
+        "effects as promised: cards made 2 effects, the clean run 1: 1 more than exactly-once allows"]
+    assert promise_violations(crash["counts"], rows[0]["counts"], {"cards": "at-least-once"}) == []
+    assert promise_violations(crash["counts"], rows[0]["counts"], "at-most-once") == [
+        "effects as promised: cards made 2 effects, the clean run 1: 1 more than at-most-once allows"]
     steps = {s["name"]: s for s in step_map("trip", naive, module=travel, rows=rows, folder=tmp_path / "map")}
     assert steps["charge"]["kind"] == "side effect" and steps["charge"]["identity"] == ""
     assert steps["charge"]["reconciliation"] == "none" and steps["charge"]["flagged"]
+
+
+def test_a_lost_effect_breaks_exactly_once_and_not_at_most_once(travel, tmp_path):
+    reserve = {**TRIP_INPUT, "charge": "reserve"}
+    rows = explore("trip", reserve, module=travel, actions=("exit",), points=["before_send:charge"],
+                   promise={"cards": "at-most-once"}, folder=tmp_path)
+    clean, crash = rows
+    assert clean["counts"]["cards effects"] == 1
+    assert crash["counts"]["cards effects"] == 0 and crash["effects_changed"] == ["cards effects -1"]
+    assert crash["invariants_held"] and crash["status"] == "complete"
+    assert promise_violations(crash["counts"], clean["counts"], "exactly-once") == [
+        "effects as promised: cards made 0 effects, the clean run 1: 1 fewer than exactly-once allows"]
+
+
+def test_two_workflows_in_one_journal_are_each_recovered_with_one_of_each(travel, tmp_path):
+    other = {"request": "Lisbon to Porto on 9 March", "traveller": "li@example.com"}
+    rows = explore("trip", [TRIP_INPUT, other], module=travel, actions=("exit", "kill"),
+                   points=["after_send:hold", "after_send:charge"], folder=tmp_path)
+    assert rows[0]["counts"] == {"model calls": 2, "seats requests": 2, "seats effects": 2, "cards requests": 2,
+                                 "cards effects": 2, "mail requests": 2, "mail effects": 2}
+    assert rows[0]["status"] == "complete" and rows[0]["artifacts_stored"] == 8
+    assert [(r["point"], r["action"], r["exit_code"], r["fired"]) for r in rows[1:]] == [
+        ("after_send:hold", "exit", 13, ["after_send:hold"]), ("after_send:hold", "kill", -9, ["after_send:hold"]),
+        ("after_send:charge", "exit", 13, ["after_send:charge"]),
+        ("after_send:charge", "kill", -9, ["after_send:charge"])]
+    for row in rows[1:]:
+        assert row["invariants_held"] and row["status"] == "complete", row["violations"]
+        assert {k: v for k, v in row["counts"].items() if k.endswith(" effects")} == {
+            "seats effects": 2, "cards effects": 2, "mail effects": 2}
+    assert rows[1]["counts"]["seats requests"] == 3 and rows[3]["counts"]["cards requests"] == 2
+
+
+def test_a_paused_owner_charges_twice_without_a_fence_and_once_with_one(travel, tmp_path):
+    """SIGSTOP after reconciliation asked and before it charged; a standby takes over past the lease; SIGCONT."""
+    unfenced = explore("trip", TRIP_INPUT, module=travel, actions=("pause",), points=["before_send:charge"],
+                       folder=tmp_path / "unfenced")[1]
+    assert (unfenced["action"], unfenced["exit_code"], unfenced["paused"]) == ("pause", 0, 1)
+    assert unfenced["fired"] == ["before_send:charge"] and unfenced["status"] == "complete"
+    assert (unfenced["counts"]["cards requests"], unfenced["counts"]["cards effects"]) == (2, 2)
+    assert unfenced["refused"] >= 1  # the journal refused the paused owner's late write; the card was not
+    assert unfenced["violations"] == [
+        "effects as promised: cards made 2 effects, the clean run 1: 1 more than exactly-once allows"]
+    fenced = explore("trip", {**TRIP_INPUT, "charge": "fenced"}, module=travel, actions=("pause",),
+                     points=["before_send:charge"], folder=tmp_path / "fenced")[1]
+    assert (fenced["paused"], fenced["status"], fenced["invariants_held"]) == (1, "complete", True)
+    assert (fenced["counts"]["cards requests"], fenced["counts"]["cards effects"]) == (2, 1)
+    assert fenced["children"] == 3  # one worker up to the approval, then the paused owner and its standby
 
 
 def test_step_map_marks_every_step_by_what_it_touched(travel, explored, tmp_path):
@@ -210,7 +268,9 @@ def test_a_keyed_destination_that_ignores_its_key_breaks_an_invariant(tmp_path):
         "        'ana@example.com', 'booked', effect_key(wf.id, 'notify'))))\n")
     rows = explore("noisy", {}, module=module, actions=("exit",), points=["after_send:notify"],
                    expected_status="complete", folder=tmp_path / "lab")
-    assert rows[1]["violations"] == ["keyed effects at most once: notify: key 'lab-1:notify' made 2 effects"]
+    assert rows[1]["violations"] == [
+        "effects as promised: notify made 2 effects, the clean run 1: 1 more than exactly-once allows",
+        "keyed effects at most once: notify: key 'lab-1:notify' made 2 effects"]
     assert not rows[1]["invariants_held"]
     # The step map checks a sent key by crashing after the step's activity: this one is flagged.
     steps = step_map("noisy", {}, module=module, folder=tmp_path / "map")
@@ -239,10 +299,31 @@ def test_fuzz_finds_no_violation_in_the_keyed_trip(travel, tmp_path):
     result = fuzz("trip", TRIP_INPUT, module=travel, trials=24, seed=7, folder=tmp_path)
     assert result["trials"] == 24 and result["trials_with_violations"] == 0
     assert set(result["violations_by_invariant"].values()) == {0}
-    assert result["statuses"] == {"complete": 24}
+    assert list(result["violations_by_invariant"]) == list(INVARIANTS)
+    assert result["statuses"] == {"complete": 24} and result["pauses"] == 0
     assert sum(result["kill_points"].values()) == result["kills"] >= 24  # every trial armed a point it reaches
     assert result["trials_with_extra_effects"] == 0 and result["trials_with_lost_effects"] == 0
     assert all(row["crashed"] and set(row["crashed"]) <= {13, -9} for row in result["rows"])
+
+
+def test_fuzz_with_pauses_and_two_fenced_trips_in_one_journal(travel, tmp_path):
+    fenced = [{**TRIP_INPUT, "charge": "fenced"}, {**TRIP_INPUT, "traveller": "li@example.com", "charge": "fenced"}]
+    result = fuzz("trip", fenced, module=travel, trials=6, seed=5, actions=("exit", "kill", "pause"),
+                  folder=tmp_path)
+    assert (result["trials"], result["workflows"], result["trials_with_violations"]) == (6, 2, 0)
+    assert result["statuses"] == {"complete": 6}
+    fired_pauses = sum(1 for row in result["rows"] for point, action in row["armed"]
+                       if action == "pause" and point in row["fired"])
+    assert result["pauses"] == fired_pauses >= 1
+    assert all(row["counts"]["cards effects"] == 2 and row["counts"]["seats effects"] == 2 for row in result["rows"])
+
+
+def test_fuzz_counts_every_naive_duplicate_as_a_broken_promise(travel, tmp_path):
+    result = fuzz("trip", {**TRIP_INPUT, "charge": "naive"}, module=travel, trials=8, seed=3, folder=tmp_path)
+    doubled = [row["trial"] for row in result["rows"] if row["counts"]["cards effects"] == 2]
+    assert doubled and result["trials_with_extra_effects"] == len(doubled)
+    assert result["trials_with_violations"] == result["violations_by_invariant"]["effects as promised"] == len(doubled)
+    assert result["violations_by_invariant"]["keyed effects at most once"] == 0  # what the lab once counted alone
 
 
 def test_the_fuzz_command_prints_its_tally_as_json(travel):
@@ -251,7 +332,22 @@ def test_the_fuzz_command_prints_its_tally_as_json(travel):
     assert done.returncode == 0, done.stderr
     tally = json.loads(done.stdout)
     assert tally["trials"] == 3 and tally["trials_with_violations"] == 0 and "rows" not in tally
-    assert tally["points"] == TRIP_POINTS
+    assert tally["points"] == TRIP_POINTS and (tally["workflows"], tally["pauses"]) == (1, 0)
+
+
+def test_the_fuzz_command_takes_workflows_and_a_promise_and_refuses_an_unknown_one(travel):
+    naive = json.dumps({**TRIP_INPUT, "charge": "naive"})
+    done = run_python("-m", "durable_kit", "crashlab", "fuzz", "--kind", "trip", "--module", str(travel), "--input",
+                      naive, "--workflows", "2", "--promise", '{"cards": "at-least-once"}', "--trials", "2",
+                      "--seed", "1", "--no-progress", "--json")
+    assert done.returncode == 0, done.stderr
+    tally = json.loads(done.stdout)
+    assert (tally["workflows"], tally["promise"], tally["trials_with_violations"]) == (
+        2, {"cards": "at-least-once"}, 0)
+    wrong = run_python("-m", "durable_kit", "crashlab", "fuzz", "--kind", "trip", "--module", str(travel),
+                       "--input", naive, "--promise", "once-ish", "--trials", "1", "--no-progress")
+    assert wrong.returncode != 0 and "Traceback" not in wrong.stderr
+    assert "a promise is one of ('exactly-once', 'at-most-once', 'at-least-once')" in wrong.stderr
 
 
 def test_summarize_counts_each_violation_once_per_trial():
@@ -301,12 +397,74 @@ def test_an_unkeyed_service_makes_an_effect_per_request_and_answers_reconciliati
     assert cards.effects("charge", booking="trip-2") == [] and cards.effects()[0]["key"] is None
 
 
-def test_a_service_refuses_a_stale_fencing_token_and_does_nothing(tmp_path):
+def test_a_service_refuses_a_stale_fencing_token_for_its_key_and_does_nothing(tmp_path):
     seats = Seats.beside(tmp_path / "j.db")
-    seats.request("hold", {"flight": "LX318"}, "k1", fencing_token=2)
-    with pytest.raises(StaleToken, match="older than 2"):
-        seats.request("hold", {"flight": "LX319"}, "k2", fencing_token=1)
+    seats.request("hold", {"flight": "LX318"}, "w1:hold", fencing_token=2)
+    with pytest.raises(StaleToken, match="'w1:hold': fencing token 1, older than 2"):
+        seats.request("hold", {"flight": "LX318"}, "w1:hold", fencing_token=1)
     assert (seats.request_count(), seats.effect_count()) == (2, 1)
+    assert seats.request("hold", {"flight": "LX319"}, "w2:hold", fencing_token=1)["effect_id"] == "seats-0002"
+    assert seats.request("hold", {"flight": "LX318"}, "w1:hold", fencing_token=3)["effect_id"] == "seats-0001"
+    with pytest.raises(ValueError, match="seats: hold with a fencing token needs the key it fences"):
+        seats.request("hold", {"flight": "LX320"}, fencing_token=4)
+    assert (seats.request_count(), seats.effect_count()) == (4, 2)
+
+
+FENCED = '''
+from durable_kit import KeyedService, UnkeyedService, effect_key, workflow
+
+
+class Seats(KeyedService):
+    name = "seats"
+
+
+class Cards(UnkeyedService):
+    name = "cards"
+
+
+@workflow("booking")
+def booking(wf):
+    for n in range(wf.input["approvals"]):
+        wf.wait_for_approval(f"approval-{n}", {"n": n})
+    seats, cards, token = Seats.beside(wf.db_path), Cards.beside(wf.db_path), wf.fencing_token
+    hold = wf.execute_step("hold", lambda: seats.request(
+        "hold", {"booking": wf.id}, effect_key(wf.id, "hold"), fencing_token=token))
+    charge = wf.execute_step("charge", lambda: cards.request(
+        "charge", {"booking": wf.id}, effect_key(wf.id, "charge"), fencing_token=token))
+    return {"hold": hold["effect_id"], "charge": charge["effect_id"], "token": token}
+'''
+
+
+def _kit(*args):
+    done = run_python("-m", "durable_kit", *map(str, args))
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def test_two_bookings_in_one_journal_are_fenced_each_by_its_own_key(tmp_path):
+    """Tokens count per workflow: a second booking's first token is lower than the first booking's last."""
+    module, db = tmp_path / "fenced.py", tmp_path / "j.db"
+    module.write_text(FENCED)
+    _kit("start", "--db", db, "--kind", "booking", "--input", '{"approvals": 3}', "--id", "b-1", "--module", module)
+    _kit("worker", "--db", db, "--until-idle", "--module", module)
+    for n in range(3):
+        _kit("approve", "--db", db, "--workflow", "b-1", "--by", "ana", "--wait", f"approval-{n}")
+        _kit("worker", "--db", db, "--until-idle", "--module", module)
+    _kit("start", "--db", db, "--kind", "booking", "--input", '{"approvals": 0}', "--id", "b-2", "--module", module)
+    _kit("worker", "--db", db, "--until-idle", "--module", module)
+    conn = connect(db)
+    rows = {r["id"]: r for r in conn.execute("SELECT id, status, output FROM workflows")}
+    assert {i: r["status"] for i, r in rows.items()} == {"b-1": "complete", "b-2": "complete"}
+    first, second = (json.loads(rows[i]["output"])["token"] for i in ("b-1", "b-2"))
+    assert (first, second) == (4, 1)  # four leases for the first (three waits), one for the second
+    seats, cards = Seats.beside(db), Cards.beside(db)
+    assert (seats.request_count(), seats.effect_count(), cards.request_count(), cards.effect_count()) == (2, 2, 2, 2)
+    # Within one key the fence still holds: the first booking's stale owner is refused, and nothing is done.
+    with pytest.raises(StaleToken, match="b-1:hold.*token 3, older than 4"):
+        seats.request("hold", {"booking": "b-1"}, "b-1:hold", fencing_token=3)
+    with pytest.raises(StaleToken, match="b-1:charge.*token 3, older than 4"):
+        cards.request("charge", {"booking": "b-1"}, "b-1:charge", fencing_token=3)
+    assert (seats.request_count(), seats.effect_count(), cards.request_count(), cards.effect_count()) == (3, 2, 3, 2)
 
 
 def test_importing_the_kit_loads_no_engine_no_chart_and_no_dataframe():

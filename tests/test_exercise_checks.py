@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from durable_kit import immediate
+from durable_kit import immediate, reconcile_then_send, send_at_most_once, send_guarded
 from durable_kit.lab import checks
 from durable_kit.retries import (AmbiguousEffect, FormatFailure, InvalidRequest, PolicyDenied, RateLimited,
                                  Transient)
@@ -73,9 +73,9 @@ def test_classify(capsys):
     checks.check_classify(stub)
     assert said(capsys).startswith("not yet:")
     checks.check_classify(reference_classify)
-    assert said(capsys) == "pass: all 7 responses take the path they need"
+    assert said(capsys) == "pass: all 8 responses take the path they need"
     checks.check_classify(lambda r: Transient(r.get("message", "")))
-    assert said(capsys).startswith("not quite: 5 of 7 responses take the wrong path")
+    assert said(capsys).startswith("not quite: 6 of 8 responses take the wrong path")
     checks.check_classify(lambda r: "transient")
     assert "return an exception instance" in said(capsys)
 
@@ -102,3 +102,261 @@ def test_kill_after_fetch_runs_real_processes(capsys):
     checks.check_kill_after_fetch(exits_politely)
     assert said(capsys).startswith("not quite: the database should show one crash point fired, "
                                    "'after_fetch (kill)'; it shows ['after_fetch (exit)']")
+
+
+# --- notebook 09: find the double charge, then fix it (real worker processes, two bookings per journal) ---
+
+def naive_charge(wf, cards, booking, amount):
+    return send_guarded(wf, "charge", lambda: cards.charge(booking, amount))
+
+
+def reconciled_charge(wf, cards, booking, amount):
+    return reconcile_then_send(wf, "charge", lambda: next(iter(cards.effects("charge", booking=booking)), None),
+                               lambda: cards.charge(booking, amount))["receipt"]
+
+
+def any_charge_counts(wf, cards, booking, amount):
+    return reconcile_then_send(wf, "charge", lambda: next(iter(cards.effects("charge")), None),
+                               lambda: cards.charge(booking, amount))["receipt"]
+
+
+def whole_result(wf, cards, booking, amount):
+    return reconcile_then_send(wf, "charge", lambda: next(iter(cards.effects("charge", booking=booking)), None),
+                               lambda: cards.charge(booking, amount))
+
+
+def reserved_charge(wf, cards, booking, amount):
+    return send_at_most_once(wf, "charge", lambda key: cards.charge(booking, amount))["receipt"]
+
+
+def unwritten_charge(wf, cards, booking, amount):
+    raise NotImplementedError("write my_charge")
+
+
+def test_check_boundary_on_the_naive_checkout(capsys, tmp_path):
+    rows = checks.checkout_rows(naive_charge, tmp_path, points=["after_send:charge", "after_commit:charge"])
+    assert [(r["point"], r["counts"]["cards effects"]) for r in rows] == [
+        ("clean", 2), ("after_send:charge", 3), ("after_commit:charge", 2)]
+    checks.check_boundary(..., rows)
+    assert said(capsys).startswith("not yet: Ellipsis is not a boundary of the checkout")
+    checks.check_boundary("after_sending:charge", rows)
+    assert said(capsys).startswith("not yet: 'after_sending:charge' is not a boundary")
+    checks.check_boundary("after_commit:charge", rows)
+    assert said(capsys).startswith("not quite: a worker killed at after_commit:charge left 2 charges for 2 bookings")
+    checks.check_boundary("after_send:charge", rows)
+    assert said(capsys) == ("pass: a worker killed at after_send:charge left 3 charges for 2 bookings: "
+                            "one booking was charged twice")
+
+
+def test_check_charge_refuses_an_unwritten_a_naive_and_a_reserved_charge(capsys, tmp_path):
+    checks.check_charge(...)
+    assert said(capsys).startswith("not yet: define my_charge")
+    checks.check_charge(unwritten_charge, tmp_path / "unwritten")
+    assert said(capsys) == "not yet: write my_charge, then run this cell again"
+    checks.check_charge(naive_charge, tmp_path / "naive")
+    assert said(capsys).startswith("not quite: after a crash, (point, charges for 2 bookings, status) = "
+                                   "[('after_send:charge', 3, 'complete'), ('after_activity:charge', 3, 'complete')]")
+    checks.check_charge(reserved_charge, tmp_path / "reserved")
+    assert said(capsys).startswith("not quite: after a crash, (point, charges for 2 bookings, status) = "
+                                   "[('before_send:charge', 1, 'lab-1: failed; lab-2: complete')")
+
+
+def test_check_charge_refuses_reconciliation_on_every_booking_and_a_wrong_return(capsys, tmp_path):
+    checks.check_charge(any_charge_counts, tmp_path / "unfiltered")  # cards.effects("charge") with no booking filter
+    assert said(capsys).startswith("not quite: without any crash the processor made 1 charges for 2 bookings. "
+                                   "Hint: ask only about this booking's charges")
+    checks.check_charge(whole_result, tmp_path / "whole")
+    assert said(capsys).startswith("not quite: without any crash the checkouts ended failed")
+    checks.check_charge(lambda wf, cards, booking, amount: None)
+    assert said(capsys).startswith("not quite: write my_charge with def")
+
+
+def test_check_charge_passes_reconciliation_by_booking(capsys, tmp_path):
+    checks.check_charge(reconciled_charge, tmp_path)
+    assert said(capsys) == ("pass: reconciled_charge charged each of 2 bookings once, without a crash and after a "
+                            "crash at each of 4 boundaries")
+# --- notebooks 00 to 04: one wrong answer per common misunderstanding, and a right one ----------
+
+def test_predicted_calls_names_the_misunderstanding(capsys):
+    checks.check_predicted_calls(7, 16)  # "a restart resumes where it crashed"
+    assert "a restart does not resume where the crash happened" in said(capsys)
+    checks.check_predicted_calls(10, 16)  # the second crash point forgotten: 3 + 7
+    assert said(capsys).startswith("not quite: you predicted 10 model calls, the ledger counted 16. Hint: write")
+    checks.check_predicted_calls(15, 16)  # the kill fires before recommend's call
+    assert "fires once that call returned" in said(capsys)
+    checks.check_predicted_calls(True, 16)
+    assert said(capsys).startswith("not quite: the prediction should be an int, got bool")
+    checks.check_predicted_calls(16.0, 16)
+    assert said(capsys).startswith("not quite: the prediction should be an int, got float")
+
+
+def test_kill_after_fetch_refuses_each_misunderstanding(capsys):
+    from durable_kit.agents.checkpoints import attempt_in_child, open_checkpoints, saved_state
+    from durable_kit.faults import arm, disarm_all
+
+    def run(point="after_fetch", action="kill", disarm=True, returned=None):
+        def kill_after_fetch(db):
+            conn = open_checkpoints(db)
+            arm(conn, point, action)
+            code = attempt_in_child(db)
+            if disarm:
+                disarm_all(conn)
+            attempt_in_child(db)
+            conn.close()
+            return returned(code, db) if returned else (code, saved_state(db))
+        return kill_after_fetch
+
+    right = {"exit_code": -9, "source_calls": 2}
+    checks.check_kill_after_fetch(run(point="after_evidence"), right)  # armed at the wrong boundary
+    assert "it shows ['after_evidence (kill)']" in said(capsys)
+    checks.check_kill_after_fetch(run(returned=lambda code, db: (13, saved_state(db))), right)  # the exit code made up
+    assert "the first exit code you returned is 13" in said(capsys)
+    checks.check_kill_after_fetch(run(returned=lambda code, db: code), right)  # not a tuple
+    assert said(capsys) == "not quite: return (first exit code, saved_state(db)), got -9"
+    checks.check_kill_after_fetch(run(), {"exit_code": -9, "source_calls": 1})  # "SIGKILL loses nothing more"
+    assert "source_calls: you predicted 1, it was 2" in said(capsys)
+    checks.check_kill_after_fetch(run(), right)
+    assert said(capsys).startswith("pass:")
+
+
+def test_kill_after_fetch_refuses_a_second_attempt_that_was_never_disarmed(capsys):
+    from durable_kit.agents.checkpoints import attempt_in_child, open_checkpoints, saved_state
+    from durable_kit.faults import arm
+
+    def arms_twice(db):  # re-arms instead of disarming: the second attempt dies too
+        conn = open_checkpoints(db)
+        arm(conn, "after_fetch", "kill")
+        code = attempt_in_child(db)
+        arm(conn, "after_fetch", "kill")
+        attempt_in_child(db)
+        conn.close()
+        return code, saved_state(db)
+
+    checks.check_kill_after_fetch(arms_twice, {"exit_code": -9, "source_calls": 2})
+    assert said(capsys).startswith("not quite: the database should show one crash point fired")
+
+
+def never_looks_up(status):
+    """An execute_step that never reads the journal first, and stores the output with ``status``."""
+    def execute_step(journal, workflow_id, name, activity):
+        output = activity()
+        with immediate(journal.conn):
+            journal.conn.execute("INSERT OR IGNORE INTO steps (workflow_id, name, status, output, attempts)"
+                                 " VALUES (?, ?, ?, ?, 1)", (workflow_id, name, status, json.dumps(output)))
+        return output
+    return execute_step
+
+
+def test_execute_step_refuses_a_replay_that_runs_the_activity_again(capsys):
+    checks.check_execute_step(never_looks_up("complete"))
+    assert said(capsys).startswith("not quite: a replay ran the activity again")
+    checks.check_execute_step(never_looks_up("running"))  # forgets to mark the step complete
+    assert said(capsys).startswith("not quite: the step's row should be stored with status 'complete'")
+
+
+def classify_with(**overrides):
+    """The reference classify, with one answer changed the way a common misunderstanding changes it."""
+    def classify(response):
+        for condition, answer in overrides.items():
+            if CONDITIONS[condition](response):
+                return answer(response)
+        return reference_classify(response)
+    return classify
+
+
+CONDITIONS = {
+    "server_error": lambda r: r["status"] is not None and r["status"] >= 500,
+    "rate_limit": lambda r: r["status"] == 429,
+    "bad_request": lambda r: r["status"] == 400,
+    "prose": lambda r: r["status"] == 200,
+    "no_answer": lambda r: r["status"] is None,
+    "denied": lambda r: r["status"] == 403,
+}
+
+
+def test_classify_refuses_each_misunderstanding(capsys):
+    wrong_answers = {
+        "a 5xx is always transient": classify_with(server_error=lambda r: Transient(r["message"])),
+        "a 429 is an ordinary transient": classify_with(rate_limit=lambda r: Transient(r["message"])),
+        "a 429 waits the policy's time": classify_with(rate_limit=lambda r: RateLimited(r["message"], 1.0)),
+        "a 400 is worth retrying": classify_with(bad_request=lambda r: Transient(r["message"])),
+        "prose is an invalid request": classify_with(prose=lambda r: InvalidRequest(r["body"])),
+        "no answer is always transient": classify_with(no_answer=lambda r: Transient(r["message"])),
+        "no answer is always ambiguous": classify_with(no_answer=lambda r: AmbiguousEffect(r["message"])),
+        "a denial is a bad request": classify_with(denied=lambda r: InvalidRequest(r["message"])),
+    }
+    for misunderstanding, classify in wrong_answers.items():
+        checks.check_classify(classify)
+        assert said(capsys).startswith("not quite: "), misunderstanding
+    checks.check_classify(wrong_answers["a 5xx is always transient"])
+    assert said(capsys).startswith(
+        "not quite: 1 of 8 responses take the wrong path: status 504 (sends: True) got Transient, which takes "
+        "the path 'retry after 1 s'; it needs 'escalate to reconcile'. Hint:")
+    checks.check_classify(reference_classify)
+    assert said(capsys) == "pass: all 8 responses take the path they need"
+
+
+AUTO_APPROVE_AT = 0.9
+
+
+def approve_at(threshold, strict=False):
+    def rule(request):
+        confident = request["confidence"] > threshold if strict else request["confidence"] >= threshold
+        return {"approved": True, "by": f"rule: confidence >= {threshold}", "comment": ""} if confident else None
+    return rule
+
+
+def office_hours_rule(request):
+    """The notebook's warning: an approval that depends on when the replay runs."""
+    import time
+    hour = time.localtime().tm_hour
+    if request["confidence"] >= AUTO_APPROVE_AT and 0 <= hour < 24:  # true at every hour: still refused
+        return {"approved": True, "by": "rule: office hours", "comment": ""}
+    return None
+
+
+def test_approval_rule_refuses_the_clock_and_each_misunderstanding(capsys, tmp_path):
+    checks.check_approval_rule(...)
+    assert said(capsys).startswith("not yet:")
+    checks.check_approval_rule(stub)
+    assert said(capsys).startswith("not yet: my_approval_rule still raises NotImplementedError")
+
+    checks.check_approval_rule(office_hours_rule)
+    assert said(capsys).startswith("not quite: your rule called time.localtime. It runs again on every replay")
+
+    def now_rule(request):
+        import datetime
+        return approve_at(0.9)(request) if datetime.datetime.now().year > 2000 else None
+    checks.check_approval_rule(now_rule)
+    assert said(capsys).startswith("not quite: your rule called datetime.datetime.now.")
+
+    settings = tmp_path / "threshold.txt"
+    settings.write_text("0.9")
+
+    def file_rule(request):  # a threshold from a settings file someone edits
+        return approve_at(float(open(settings).read()))(request)
+    checks.check_approval_rule(file_rule)
+    assert said(capsys).startswith("not quite: your rule called io.open.")
+
+    calls = []
+
+    def first_time_only(request):  # state kept between replays
+        calls.append(1)
+        return approve_at(0.9)(request) if len(calls) % 2 else None
+    checks.check_approval_rule(first_time_only)
+    assert said(capsys).startswith("not quite: two replays got different answers at confidence 0.95")
+
+    checks.check_approval_rule(approve_at(0.9, strict=True))  # the threshold itself left out
+    assert said(capsys).startswith("not quite: confidence 0.9 should be approved automatically")
+    checks.check_approval_rule(lambda r: approve_at(0.9)(r) or {"approved": False, "by": "rule", "comment": ""})
+    assert said(capsys).startswith("not quite: confidence 0.89 should go to a person: return None")
+    checks.check_approval_rule(lambda r: approve_at(0.9)(r) or False)
+    assert said(capsys).startswith("not quite: confidence 0.89 should go to a person")
+    checks.check_approval_rule(lambda r: {"approved": True} if r["confidence"] >= 0.9 else None)
+    assert said(capsys).startswith("not quite: decide with exactly the fields a person's decision has")
+    checks.check_approval_rule(lambda r: approve_at(0.9)(r) if r["score"] else None)
+    assert said(capsys).startswith("not quite: your rule raised KeyError: 'score'")
+
+    checks.check_approval_rule(approve_at(0.9))
+    assert said(capsys) == ("pass: approves at 0.9 and above, leaves the rest to a person, and reads only the "
+                            "request and constants")

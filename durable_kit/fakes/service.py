@@ -34,8 +34,8 @@ CREATE TABLE IF NOT EXISTS requests (
     at        REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS fences (
-    operation TEXT PRIMARY KEY,
-    token     INTEGER NOT NULL  -- the highest fencing token seen for this operation
+    key   TEXT PRIMARY KEY,  -- the key the token fences (one workflow's one action)
+    token INTEGER NOT NULL   -- the highest fencing token seen with this key
 );
 CREATE TABLE IF NOT EXISTS effects (
     seq       INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -53,7 +53,7 @@ class KeyReused(ValueError):
 
 
 class StaleToken(ValueError):
-    """A request carried a lower fencing token than one already seen; nothing was done."""
+    """A request carried a lower fencing token than one already seen with its key; nothing was done."""
 
 
 class FakeService(OutsideWorld):
@@ -77,16 +77,24 @@ class FakeService(OutsideWorld):
 
         A keyed service answers a repeated key with the first receipt and does
         nothing new; the same key with another operation or payload raises
-        ``KeyReused``. An unkeyed service makes a new effect for every request.
-        With ``fencing_token``, a token lower than one already seen for the
-        operation raises ``StaleToken`` and does nothing.
+        ``KeyReused``. An unkeyed service makes a new effect for every request
+        (it keeps the key only to fence by).
+        With ``fencing_token`` (the caller's lease token) and a ``key``, a
+        token lower than one already seen with that key raises ``StaleToken``
+        and does nothing: a paused owner that lost its lease cannot act after
+        its successor did. Fences are per key, so one workflow's token never
+        blocks another's. A token without a key raises ``ValueError`` before
+        anything is counted.
         """
+        if fencing_token is not None and key is None:
+            raise ValueError(f"{self.name}: {operation} with a fencing token needs the key it fences, for example "
+                             "effect_key(wf.id, action); nothing was sent.")
         payload_json = json.dumps(payload, sort_keys=True)
         self.conn.execute("INSERT INTO requests (key, operation, payload, at) VALUES (?, ?, ?, ?)",
                           (key, operation, payload_json, now()))
         with immediate(self.conn):
             if fencing_token is not None:
-                self._fence(operation, fencing_token)
+                self._fence(operation, key, fencing_token)
             if self.accepts_keys and key is not None:
                 earlier = self.conn.execute("SELECT * FROM effects WHERE key = ?", (key,)).fetchone()
                 if earlier is not None:
@@ -106,13 +114,13 @@ class FakeService(OutsideWorld):
         """The service's answer to a new effect, merged into the receipt; override it (deterministically)."""
         return {}
 
-    def _fence(self, operation: str, token: int) -> None:
-        seen = self.conn.execute("SELECT token FROM fences WHERE operation = ?", (operation,)).fetchone()
+    def _fence(self, operation: str, key: str, token: int) -> None:
+        seen = self.conn.execute("SELECT token FROM fences WHERE key = ?", (key,)).fetchone()
         if seen is not None and token < seen["token"]:
-            raise StaleToken(f"{self.name}: {operation} with fencing token {token}, older than {seen['token']}; "
-                             "the sender lost its lease, so nothing was done.")
-        self.conn.execute("INSERT INTO fences (operation, token) VALUES (?, ?) ON CONFLICT (operation)"
-                          " DO UPDATE SET token = excluded.token", (operation, token))
+            raise StaleToken(f"{self.name}: {operation} with key {key!r}: fencing token {token}, older than "
+                             f"{seen['token']}; the sender lost its lease, so nothing was done.")
+        self.conn.execute("INSERT INTO fences (key, token) VALUES (?, ?) ON CONFLICT (key)"
+                          " DO UPDATE SET token = MAX(token, excluded.token)", (key, token))
 
     def _receipt(self, row) -> dict:
         return {"effect_id": row["effect_id"], "operation": row["operation"],

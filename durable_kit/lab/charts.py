@@ -78,8 +78,13 @@ def _label_groups(ax, xs: list[float], groups: Sequence[str]) -> None:
 def calls_vs_artifacts(labels: Sequence[str], calls: Sequence[int], needed: Sequence[int] | int,
                        stored: Sequence[int], title: str, calls_label: str = "calls",
                        stored_label: str = "stored artifacts", xlabel: str | None = None, *,
-                       groups: Sequence[str] | None = None, ymax: int | None = None) -> None:
+                       groups: Sequence[str] | None = None, ymax: int | None = None,
+                       missing: Sequence[int] | None = None, missing_label: str = "needed, never done") -> None:
     """Per label: calls made (needed part grey, repeated part red) beside what was kept (blue).
+
+    ``missing`` (one count per label) adds a third, orange bar: what was
+    needed and never done, such as a lost notification; where it is zero for
+    every label, a note says so instead.
 
     ``groups`` (one name per label) separates the bars into groups with a gap
     and names each group once above its bars. ``ymax`` fixes the top of the
@@ -89,13 +94,15 @@ def calls_vs_artifacts(labels: Sequence[str], calls: Sequence[int], needed: Sequ
     """
     if isinstance(needed, int):
         needed = [needed] * len(labels)
-    if not len(labels) == len(calls) == len(needed) == len(stored):
+    if not len(labels) == len(calls) == len(needed) == len(stored) == len(missing or stored):
         raise ValueError(f"give one value per label: {len(labels)} labels, {len(calls)} calls, "
-                         f"{len(needed)} needed, {len(stored)} stored")
+                         f"{len(needed)} needed, {len(stored)} stored, {len(missing or stored)} missing")
     first = [min(c, n) for c, n in zip(calls, needed)]
     repeated = [c - f for c, f in zip(calls, first)]
     xs = _positions(labels, groups)
-    width = 0.4
+    third = bool(missing) and any(missing)
+    width = 0.27 if third else 0.4
+    left, right = (-width, 0.0) if third else (-width / 2, width / 2)
     crowded = len(labels) > 12
     with projector():
         fig, ax = plt.subplots(figsize=(min(16.0, 0.75 * (xs[-1] + 1 if xs else 1) + 5.5), 6.2 if crowded else 5.2))
@@ -104,16 +111,20 @@ def calls_vs_artifacts(labels: Sequence[str], calls: Sequence[int], needed: Sequ
                   (repeated, REPEATED, f"{calls_label}, repeated", first)]
         for values, colour, label, bottom in series:
             if any(values):
-                ax.bar([x - width / 2 for x in xs], values, width, bottom=bottom, color=colour, label=label)
+                ax.bar([x + left for x in xs], values, width, bottom=bottom, color=colour, label=label)
             elif label.endswith("repeated"):
                 notes.append(f"no {calls_label} repeated")
         if any(stored):
-            ax.bar([x + width / 2 for x in xs], stored, width, color=KEPT, label=stored_label)
+            ax.bar([x + right for x in xs], stored, width, color=KEPT, label=stored_label)
         else:
             notes.append(f"{stored_label}: 0 everywhere")
+        if third:
+            ax.bar([x + width for x in xs], missing, width, color=MISSING, label=missing_label)
+        elif missing is not None:
+            notes.append(f"{missing_label}: 0 everywhere")
         ax.set_xticks(xs, labels, rotation=60 if crowded else 25, ha="right")
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-        top = ymax if ymax is not None else max([*calls, *stored, 1])
+        top = ymax if ymax is not None else max([*calls, *stored, *(missing or []), 1])
         ax.set_ylim(0, top * 1.08)
         ax.set_ylabel("count")
         if xlabel:

@@ -30,6 +30,8 @@ def _not_done(value: Any) -> bool:
 
 # --- notebook 00: predict the bill -------------------------------------------------------------
 
+PREDICT_NEEDED = 7  # the model calls notebook 00's task needs once
+
 def check_predicted_calls(prediction: Any, ledger_count: int) -> None:
     """Compare a predicted number of model calls with the count the ledger recorded."""
     if _not_done(prediction):
@@ -38,9 +40,12 @@ def check_predicted_calls(prediction: Any, ledger_count: int) -> None:
         return _report(f"{NOT_QUITE} the prediction should be an int, got {type(prediction).__name__} "
                        f"{prediction!r}", "")
     if prediction != ledger_count:
+        why = ("a restart does not resume where the crash happened: nothing was kept, so every attempt "
+               "starts again at plan" if prediction <= PREDICT_NEEDED else
+               "write down, attempt by attempt, the calls made before that attempt's crash point fires "
+               "(a crash point after a call fires once that call returned); every attempt starts again at plan")
         return _report(f"{NOT_QUITE} you predicted {prediction} model calls, the ledger counted {ledger_count}. "
-                       "Hint: write down, attempt by attempt, which calls run before that attempt's crash "
-                       "point fires; every attempt starts again at plan.", "")
+                       f"Hint: {why}.", "")
     return _report(None, f"{prediction} model calls, as the ledger counted")
 
 
@@ -81,7 +86,7 @@ def check_kill_after_fetch(kill_after_fetch: Callable[[Path], Any], predictions:
         try:
             returned = kill_after_fetch(db)
         except NotImplementedError:
-            return _report(f"{NOT_YET} write kill_after_fetch(db), then run this cell again", "")
+            return _report(f"{NOT_YET} write my_kill_after_fetch(db), then run this cell again", "")
         except Exception as error:  # the learner's code: say what broke and carry on
             return _report(f"{NOT_QUITE} kill_after_fetch raised {type(error).__name__}: {error}", "")
         state = saved_state(db)
@@ -211,9 +216,10 @@ CLASSIFY_RESPONSES = [
     {"status": None, "message": "connection reset after the request was sent", "sends": False},
     {"status": None, "message": "connection reset after the request was sent", "sends": True},
     {"status": 403, "message": "content policy: the request asks for a customer's home address", "sends": False},
+    {"status": 504, "message": "gateway timeout: the upstream may have processed the request", "sends": True},
 ]
 CLASSIFY_PATHS = ["retry after 1 s", "retry after 2 s", "repair once, then escalate", "repair once, then fallback",
-                  "retry after 1 s", "escalate to reconcile", "stop"]
+                  "retry after 1 s", "escalate to reconcile", "stop", "escalate to reconcile"]
 
 
 def path_of(error: BaseException) -> str:
@@ -249,5 +255,220 @@ def check_classify(classify: Callable[[dict], BaseException]) -> None:
                          f"{type(error).__name__}, which takes the path {got!r}; it needs {needed!r}")
     if wrong:
         return _report(f"{NOT_QUITE} {len(wrong)} of {len(CLASSIFY_RESPONSES)} responses take the wrong path: "
-                       + "; ".join(wrong), "")
+                       + "; ".join(wrong) + ". Hint: first ask whether a usable answer arrived, then whether "
+                       "the request changes something outside (sends): a request that sends and got no clear "
+                       "answer may already have done its work.", "")
     return _report(None, f"all {len(CLASSIFY_RESPONSES)} responses take the path they need")
+
+
+# --- notebook 09: find the double charge, then fix it ------------------------------------------
+
+CHECKOUT_SERVICES = '''from durable_kit import KeyedService, UnkeyedService
+
+
+class Cards(UnkeyedService):
+    """A card processor without idempotency keys; it can list the charges it made."""
+    name = "cards"
+
+    def charge(self, booking, amount):
+        return self.request("charge", {"booking": booking, "amount": amount})
+
+
+class Mail(KeyedService):
+    """A mail service that sends one message per key."""
+    name = "mail"
+'''
+
+CHECKOUT_AGENT = '''from durable_kit import effect_key, send_guarded, workflow
+from charges import charge
+from shop_services import Cards, Mail
+
+
+@workflow("checkout")
+def checkout(wf):
+    cards, mail = Cards.beside(wf.db_path), Mail.beside(wf.db_path)
+    total = wf.execute_step("total", lambda: round(sum(item["price"] for item in wf.input["items"]), 2))
+    receipt = wf.execute_step("charge", lambda: charge(wf, cards, wf.id, total))
+    wf.execute_step("mail_receipt", lambda: send_guarded(
+        wf, "mail_receipt", lambda: mail.request("send", {"to": wf.input["email"]}, effect_key(wf.id, "mail_receipt"))))
+    return {"charged": receipt["effect_id"], "total": total}
+'''
+
+CHECKOUT_ORDERS = [
+    {"items": [{"sku": "kettle", "price": 39.5}, {"sku": "filters", "price": 6.25}], "email": "li@example.com"},
+    {"items": [{"sku": "kettle", "price": 39.5}], "email": "ana@example.com"},
+]
+CHARGE_POINTS = ["before_send:charge", "after_send:charge", "after_activity:charge", "after_commit:charge"]
+CHARGES_HEADER = "from durable_kit import effect_key, reconcile_then_send, send_at_most_once, send_guarded\n\n\n"
+
+
+def checkout_rows(charge: Callable, folder: str | Path, points: list[str] | None = None) -> list[dict]:
+    """Write ``charge`` as ``charges.py`` beside the checkout, then explore two checkouts in one journal.
+
+    ``points`` None explores every boundary; ``[]`` only the clean run. Every
+    row's ``counts["cards effects"]`` is the charges the processor made for
+    both bookings together.
+    """
+    import inspect
+
+    from ..crashlab import explore
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    source = inspect.getsource(charge).replace(f"def {charge.__name__}(", "def charge(", 1)
+    (folder / "shop_services.py").write_text(CHECKOUT_SERVICES)
+    (folder / "shop.py").write_text(CHECKOUT_AGENT)
+    (folder / "charges.py").write_text(CHARGES_HEADER + source)
+    return explore("checkout", CHECKOUT_ORDERS, module=folder / "shop.py", actions=("exit",), points=points,
+                   folder=folder / "runs", parallel=2)
+
+
+def _charges(row: dict) -> int:
+    return row["counts"].get("cards effects", 0)
+
+
+def check_boundary(boundary: Any, rows: list[dict]) -> None:
+    """Pass if a worker killed at ``boundary`` of the naive checkout (``rows``) left a booking charged twice."""
+    points = [row["point"] for row in rows[1:]]
+    if _not_done(boundary) or boundary not in points:
+        return _report(f"{NOT_YET} {boundary!r} is not a boundary of the checkout; set my_boundary to one "
+                       "of the points printed above, a str such as \"next_step\"", "")
+    row = next(r for r in rows[1:] if r["point"] == boundary)
+    needed = _charges(rows[0])
+    if _charges(row) <= needed:
+        return _report(f"{NOT_QUITE} a worker killed at {boundary} left {_charges(row)} charges for "
+                       f"{len(CHECKOUT_ORDERS)} bookings, as many as the clean run. Hint: the window is after the "
+                       "processor acted and before the step's output was committed", "")
+    return _report(None, f"a worker killed at {boundary} left {_charges(row)} charges for {len(CHECKOUT_ORDERS)} "
+                         "bookings: one booking was charged twice")
+
+
+def check_charge(charge: Callable, folder: str | Path | None = None) -> None:
+    """Run two checkouts with ``charge`` in real workers, clean and killed around the charge; pass if each
+    booking was charged exactly once every time."""
+    if _not_done(charge) or not callable(charge):
+        return _report(f"{NOT_YET} define my_charge(wf, cards, booking, amount) with def, then run this cell again",
+                       "")
+    if charge.__name__ == "<lambda>":
+        return _report(f"{NOT_QUITE} write my_charge with def in a cell: it is saved to charges.py, and a lambda "
+                       "cannot be", "")
+    with tempfile.TemporaryDirectory(prefix="check-charge-") as spare:
+        where = Path(folder) if folder is not None else Path(spare)
+        try:
+            clean = checkout_rows(charge, where / "clean", points=[])[0]
+        except Exception as error:  # the checkout did not even start: say why, and keep the notebook going
+            return _report(f"{NOT_QUITE} the checkout could not run: {error}", "")
+        needed = len(CHECKOUT_ORDERS)
+        if clean["status"] != "complete":
+            errors = "; ".join(f"{i}: {e}" for i, e in (clean["error"] or {}).items())
+            if "NotImplementedError" in errors:
+                return _report(f"{NOT_YET} write my_charge, then run this cell again", "")
+            return _report(f"{NOT_QUITE} without any crash the checkouts ended {clean['status']}: {errors}. "
+                           "Hint: return the processor's receipt, a dict with 'effect_id'", "")
+        if _charges(clean) != needed:
+            return _report(f"{NOT_QUITE} without any crash the processor made {_charges(clean)} charges for "
+                           f"{needed} bookings. Hint: ask only about this booking's charges: "
+                           "cards.effects(\"charge\", booking=booking); another booking's charge is not this one's",
+                           "")
+        rows = checkout_rows(charge, where / "crashes", points=CHARGE_POINTS)[1:]
+    wrong = [(r["point"], _charges(r), r["status"]) for r in rows if _charges(r) != needed or r["status"] != "complete"]
+    if wrong:
+        return _report(f"{NOT_QUITE} after a crash, (point, charges for {needed} bookings, status) = {wrong}. Hint: "
+                       "ask the processor for this booking's charges before sending (reconcile_then_send), and "
+                       "return the receipt either way", "")
+    return _report(None, f"{charge.__name__} charged each of {needed} bookings once, without a crash and after a "
+                         f"crash at each of {len(CHARGE_POINTS)} boundaries")
+
+# --- notebook 04: an approval rule in code -----------------------------------------------------
+
+APPROVAL_CASES = ((0.95, True), (0.9, True), (0.89, None), (0.5, None))  # confidence, automatic approval?
+# What a rule between steps must not read: it runs again on every replay, at another time.
+UNSTABLE_READS = {("time", name) for name in ("time", "time_ns", "localtime", "gmtime", "ctime", "strftime",
+                                              "monotonic", "perf_counter", "process_time")}
+UNSTABLE_READS |= {("datetime", name) for name in ("now", "utcnow", "today", "fromtimestamp")}
+UNSTABLE_READS |= {("io", "open"), ("builtins", "open"), ("posix", "getenv"), ("os", "getenv"),
+                   ("_random", "random"), ("random", "random"), ("posix", "urandom")}
+
+
+def _unstable_read(function: Any) -> str | None:
+    """``module.name`` of a clock, file, environment or randomness function, or None."""
+    owner = getattr(function, "__self__", None)
+    module = getattr(function, "__module__", None) or getattr(owner, "__module__", None)
+    if isinstance(owner, type) and module == "datetime":
+        found = (module, function.__name__) in UNSTABLE_READS
+        return f"datetime.{owner.__name__}.{function.__name__}" if found else None
+    key = (module, getattr(function, "__name__", None))
+    return f"{module}.{key[1]}" if key in UNSTABLE_READS else None
+
+
+def _reads_while(rule: Callable[[dict], Any], request: dict) -> tuple[Any, list[str]]:
+    """Call ``rule(request)``; return its answer and the clock, file or randomness functions it called."""
+    import sys
+
+    seen: list[str] = []
+
+    def profile(frame, event, arg):
+        if event == "c_call":
+            name = _unstable_read(arg)
+            if name and name not in seen:
+                seen.append(name)
+        elif (event == "call" and frame.f_code.co_name in ("getenv", "__getitem__")
+              and frame.f_globals.get("__name__") == "os" and "os.environ" not in seen):
+            seen.append("os.environ")
+
+    previous = sys.getprofile()
+    sys.setprofile(profile)
+    try:
+        answer = rule(request)
+    finally:
+        sys.setprofile(previous)
+    return answer, seen
+
+
+def check_approval_rule(rule: Callable[[dict], Any]) -> None:
+    """Run ``rule(request)`` on four requests, twice each as two replays would; print pass or what is wrong.
+
+    A right rule approves at confidence 0.9 and above with a decision
+    ``{"approved": True, "by": ..., "comment": ...}``, returns None below it
+    (a person decides), answers the same every time, and reads only the
+    request and constants: a rule that calls the clock, opens a file, reads
+    the environment or draws a random number is refused even when its two
+    answers happen to agree, because a replay at another time may not.
+    """
+    if _not_done(rule):
+        return _report(f"{NOT_YET} define my_approval_rule(request), then run this cell again", "")
+    hint_inputs = "Hint: the request is a dict with 'recommendation', 'confidence' and 'evidence'."
+    for confidence, approved in APPROVAL_CASES:
+        request = {"recommendation": "Proceed.", "confidence": confidence, "evidence": []}
+        try:
+            first, reads = _reads_while(rule, dict(request))
+            second, more = _reads_while(rule, dict(request))
+        except NotImplementedError:
+            return _report(f"{NOT_YET} my_approval_rule still raises NotImplementedError: write its body, "
+                           "then run its cell again", "")
+        except Exception as error:  # the learner's code: say what broke and carry on
+            return _report(f"{NOT_QUITE} your rule raised {type(error).__name__}: {error}. {hint_inputs}", "")
+        reads = reads + [name for name in more if name not in reads]
+        if reads:
+            return _report(f"{NOT_QUITE} your rule called {', '.join(reads)}. It runs again on every replay, "
+                           "at another time, so a replay may take the other branch. Hint: read only the request "
+                           "and constants; a rule that needs the clock or a file reads it in a step, so its "
+                           "answer is stored once.", "")
+        if first != second:
+            return _report(f"{NOT_QUITE} two replays got different answers at confidence {confidence}: "
+                           f"{first!r} / {second!r}. Hint: keep no state between calls; read only the request "
+                           "and constants.", "")
+        if approved is None and first is not None:
+            return _report(f"{NOT_QUITE} confidence {confidence} should go to a person: return None, not "
+                           f"{first!r} (a rejection is a person's decision too).", "")
+        if approved and not (isinstance(first, dict) and first.get("approved") is True):
+            return _report(f"{NOT_QUITE} confidence {confidence} should be approved automatically (the "
+                           f"threshold is included: at least 0.9), got {first!r}", "")
+        if approved and set(first) != {"approved", "by", "comment"}:
+            return _report(f"{NOT_QUITE} decide with exactly the fields a person's decision has (approved, by, "
+                           f"comment), got {sorted(first)}", "")
+        if approved and not (isinstance(first["by"], str) and first["by"]):
+            return _report(f"{NOT_QUITE} say who decided in 'by' (for example 'rule: confidence >= 0.9'), got "
+                           f"{first['by']!r}", "")
+    return _report(None, "approves at 0.9 and above, leaves the rest to a person, and reads only the request "
+                         "and constants")

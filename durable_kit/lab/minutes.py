@@ -11,6 +11,7 @@ heading of the same or a higher level).
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import re
@@ -20,9 +21,10 @@ from pathlib import Path
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 WORDS_PER_MINUTE, CODE_LINES_PER_MINUTE, OUTPUT_LINES_PER_MINUTE, MINUTES_PER_CHART = 150, 15, 20, 0.5
 PACE = 0.87  # the model read 13% slower than the timed learner
-HEADING = re.compile(r"^(#{1,6})\s+(.*)$")
+HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*$")
 EXERCISE_BUDGET = re.compile(r"(\d+) for the exercise")
 DEEP_DIVE = "· deep dive"
+ANY_DEEP_DIVE = re.compile(r"\bdeep dive\b", re.IGNORECASE)  # any spelling is cut, so a stray one cannot hide
 
 
 @dataclass(frozen=True)
@@ -36,26 +38,55 @@ class Reading:
     core_minutes: int
 
 
+def heading(line: str) -> tuple[int, str] | None:
+    """(level, title) of a markdown heading line, or None."""
+    match = HEADING.match(line)
+    return (len(match.group(1)), match.group(2).strip()) if match else None
+
+
 def _heading(cell: dict) -> tuple[int, str] | None:
     if cell["cell_type"] != "markdown":
         return None
     first = "".join(cell["source"]).strip().splitlines()[:1]
-    match = HEADING.match(first[0]) if first else None
-    return (len(match.group(1)), match.group(2).strip()) if match else None
+    return heading(first[0]) if first else None
+
+
+def core_only(notebook: dict) -> dict:
+    """A copy of ``notebook`` without its deep-dive sections (the argument is not modified).
+
+    A section whose heading says "deep dive" (in any spelling) runs to the
+    next heading of the same or a higher level, also when a heading sits in
+    the middle of a markdown cell; headings inside code fences are text.
+    """
+    cut = copy.deepcopy(notebook)
+    cells, skipping = [], None  # skipping: the level of the deep-dive heading being cut
+    for cell in cut["cells"]:
+        cell["source"] = "".join(cell["source"])
+        if cell["cell_type"] != "markdown":
+            if skipping is None:
+                cells.append(cell)
+            continue
+        kept, fenced = [], False
+        for line in cell["source"].splitlines(keepends=True):
+            if line.lstrip().startswith("```"):
+                fenced = not fenced
+            found = None if fenced else heading(line)
+            if found and skipping is not None and found[0] <= skipping:
+                skipping = None
+            if found and skipping is None and ANY_DEEP_DIVE.search(found[1]):
+                skipping = found[0]
+            if skipping is None:
+                kept.append(line)
+        if "".join(kept).strip():
+            cell["source"] = "".join(kept)
+            cells.append(cell)
+    cut["cells"] = cells
+    return cut
 
 
 def core_cells(cells: list[dict]) -> list[dict]:
-    """The cells outside every deep-dive section."""
-    kept, skipping = [], None  # skipping: the level of the deep-dive heading being skipped
-    for cell in cells:
-        heading = _heading(cell)
-        if heading is not None and skipping is not None and heading[0] <= skipping:
-            skipping = None
-        if heading is not None and skipping is None and heading[1].endswith(DEEP_DIVE):
-            skipping = heading[0]
-        if skipping is None:
-            kept.append(cell)
-    return kept
+    """The cells outside every deep-dive section (see ``core_only``)."""
+    return core_only({"cells": cells})["cells"]
 
 
 def _output_lines(cell: dict) -> tuple[int, int]:

@@ -1,0 +1,233 @@
+"""The world of the model-based test: one journal, its fake destinations, and the real processes acting on it.
+
+Every action goes through ``python -m durable_kit ...`` in a child process;
+every observation reads the committed rows through a fresh read-only
+connection. ``World`` knows nothing about what *should* happen: that is the
+model in ``tests/test_model_based.py``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MODULE = Path(__file__).resolve().parent / "model_kinds.py"
+LEASE_SECONDS = 2.0  # wide enough for a healthy worker on a loaded machine to renew in time
+CLI_TIMEOUT = 90.0
+
+
+@dataclass
+class Proc:
+    """A worker (or a `run`) this test started: its process, its code and whether it is stopped."""
+
+    label: str
+    popen: subprocess.Popen
+    code: str
+    paused: bool = False
+    ended_by_us: bool = False
+
+
+@dataclass
+class Totals:
+    """What a run of the state machine did, summed over every sequence."""
+
+    sequences: int = 0
+    operations: int = 0
+    kills: int = 0
+    pauses: int = 0
+    pauses_ended_by_sigcont: int = 0
+    pauses_ended_by_kill: int = 0
+    workers_started: int = 0
+    workers_exited_on_their_own: int = 0
+    cli_refused_on_a_lock: int = 0
+    checks_failed: int = 0  # invariant checks that failed, counting Hypothesis's replays while it shrinks
+    violations: int = 0  # failing sequences Hypothesis reported (each after shrinking)
+    notes: list[str] = field(default_factory=list)
+    ended: Counter = field(default_factory=Counter)  # each workflow's status at the end of its sequence
+
+    def line(self) -> str:
+        fields = {k: v for k, v in self.__dict__.items() if k not in ("notes", "ended")}
+        return (", ".join(f"{k.replace('_', ' ')} {v}" for k, v in fields.items())
+                + "; workflows ended " + ", ".join(f"{k} {v}" for k, v in sorted(self.ended.items())))
+
+
+def connect_ro(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
+    conn.row_factory = sqlite3.Row
+    return conn
+
+
+class World:
+    """One journal under ``folder``, the processes started on it, and reads of what they committed."""
+
+    def __init__(self, folder: Path, totals: Totals):
+        self.folder, self.totals = Path(folder), totals
+        self.db = self.folder / "journal.db"
+        self.code = "v1"
+        self.procs: list[Proc] = []
+        self.exited: list[str] = []  # workers that ended without our signal: their last words
+        from durable_kit import Journal
+
+        Journal(self.db).close()  # the schema exists before any process or read looks at the file
+
+    # --- processes ---
+
+    def env(self, code: str | None = None) -> dict:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        env["DURABLE_KIT_MODEL_CODE"] = code or self.code
+        return env
+
+    def cli(self, *args: str, timeout: float = CLI_TIMEOUT) -> subprocess.CompletedProcess:
+        """One ``python -m durable_kit`` command to its end (killed after ``timeout``, with exit code -9)."""
+        command = [sys.executable, "-m", "durable_kit", *args]
+        child = subprocess.Popen(command, cwd=self.folder, env=self.env(), stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+        try:
+            out, err = child.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            out, err = child.communicate()
+        if child.returncode == 3 and "lock" in err:
+            self.totals.cli_refused_on_a_lock += 1
+        return subprocess.CompletedProcess(command, child.returncode, out, err)
+
+    def start_worker(self) -> Proc:
+        command = [sys.executable, "-m", "durable_kit", "worker", "--db", str(self.db), "--module", str(MODULE),
+                   "--poll", "0.1", "--lease-seconds", str(LEASE_SECONDS)]
+        popen = subprocess.Popen(command, cwd=self.folder, env=self.env(), stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, text=True)
+        proc = Proc(f"worker-{len(self.procs) + 1}", popen, self.code)
+        self.procs.append(proc)
+        self.totals.workers_started += 1
+        return proc
+
+    def live(self) -> list[Proc]:
+        """Workers still alive (running or stopped); a worker that ended on its own is noted once."""
+        alive = []
+        for proc in self.procs:
+            if proc.popen.poll() is None:
+                alive.append(proc)
+            elif not proc.ended_by_us:
+                proc.ended_by_us = True  # noted: not counted again
+                words = (proc.popen.stdout.read() or "").strip().splitlines()[-3:] if proc.popen.stdout else []
+                self.exited.append(f"{proc.label} exited {proc.popen.returncode}: {' | '.join(words)}")
+                self.totals.workers_exited_on_their_own += 1
+        return alive
+
+    def owned_by(self, pid: int) -> list[str]:
+        """Workflows whose lease names process ``pid`` and are running: what a kill of it interrupts."""
+        with self.read() as conn:
+            rows = conn.execute("SELECT id, owner FROM workflows WHERE status = 'running'").fetchall()
+        return [r["id"] for r in rows if r["owner"] and r["owner"].split(":")[-2:-1] == [str(pid)]]
+
+    def kill(self, proc: Proc) -> list[str]:
+        """SIGKILL one process; the running workflows it owned (their attempts died with it)."""
+        interrupted = self.owned_by(proc.popen.pid)
+        proc.ended_by_us = True
+        proc.popen.kill()
+        proc.popen.wait()
+        if proc.popen.stdout:
+            proc.popen.stdout.close()
+        self.totals.kills += 1
+        if proc.paused:
+            self.totals.pauses_ended_by_kill += 1
+            proc.paused = False
+        return interrupted
+
+    def pause(self, proc: Proc) -> list[str]:
+        """SIGSTOP one worker; the running workflows it owned (their leases now run out)."""
+        owned = self.owned_by(proc.popen.pid)
+        proc.popen.send_signal(signal.SIGSTOP)
+        proc.paused = True
+        self.totals.pauses += 1
+        return owned
+
+    def resume_process(self, proc: Proc) -> None:
+        proc.popen.send_signal(signal.SIGCONT)
+        proc.paused = False
+        self.totals.pauses_ended_by_sigcont += 1
+
+    def stop_all(self) -> None:
+        """End every process this world started: stopped ones are continued first, then all are killed."""
+        for proc in self.procs:
+            if proc.popen.poll() is None:
+                if proc.paused:
+                    proc.popen.send_signal(signal.SIGCONT)
+                proc.ended_by_us = True
+                proc.popen.kill()
+            proc.popen.wait()
+            if proc.popen.stdout:
+                proc.popen.stdout.close()
+
+    # --- observations ---
+
+    def read(self) -> sqlite3.Connection:
+        return connect_ro(self.db)
+
+    def snapshot(self) -> dict:
+        """The committed state: workflows, steps, waits, outbox rows and history events by workflow."""
+        with self.read() as conn:
+            workflows = {r["id"]: dict(r) for r in conn.execute(
+                "SELECT id, kind, input, status, output, error, cancel_requested, origin, next_run_at FROM workflows")}
+            steps = {(r["workflow_id"], r["name"]): dict(r) for r in conn.execute(
+                "SELECT workflow_id, name, status, output, attempts, position FROM steps")}
+            waits = {(r["workflow_id"], r["name"]): dict(r) for r in conn.execute(
+                "SELECT workflow_id, name, kind, status, decision, wake_at FROM waits")}
+            outbox = {r["key"]: dict(r) for r in conn.execute("SELECT key, workflow_id, status FROM outbox")}
+            events: dict[str, list[str]] = {}
+            for r in conn.execute("SELECT workflow_id, event FROM history ORDER BY seq"):
+                events.setdefault(r["workflow_id"], []).append(r["event"])
+        return {"workflows": workflows, "steps": steps, "waits": waits, "outbox": outbox, "events": events}
+
+    def busy(self, horizon: float = 0.0) -> bool:
+        """True while a workflow is running, or due within ``horizon`` seconds, or an outbox row is unsent."""
+        with self.read() as conn:
+            return conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM workflows WHERE status = 'running' OR (status IN ('pending', 'waiting',"
+                " 'paused') AND next_run_at <= ?)) OR EXISTS (SELECT 1 FROM outbox WHERE status = 'pending')",
+                (time.time() + horizon,)).fetchone()[0] == 1
+
+    def integrity(self) -> list[str]:
+        """``PRAGMA integrity_check`` of the journal and every destination file that exists."""
+        problems = []
+        for path in [self.db, *sorted(self.folder.glob("journal.*.db"))]:
+            if path.exists():
+                with connect_ro(path) as conn:
+                    result = [r[0] for r in conn.execute("PRAGMA integrity_check")]
+                if result != ["ok"]:
+                    problems.append(f"{path.name}: {result}")
+        return problems
+
+    def destination_rows(self, name: str, table: str) -> list[dict]:
+        """Every row of one table of the destination ``journal.<name>.db`` (none if it was never used)."""
+        path = self.folder / f"journal.{name}.db"
+        if not path.exists():
+            return []
+        with connect_ro(path) as conn:
+            try:
+                return [dict(r) for r in conn.execute(f"SELECT * FROM {table}")]
+            except sqlite3.OperationalError:  # created, schema not committed yet
+                return []
+
+
+def decoded(text: str | None):
+    return None if text is None else json.loads(text)
+
+
+def wait_for(condition, timeout: float, poll: float = 0.1):
+    """Poll ``condition`` until it returns something true (returned) or ``timeout`` passes (None)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(poll)

@@ -1,0 +1,495 @@
+"""A model-based test of the whole kit: random sequences of operations in real processes, checked against a model.
+
+Each sequence (one Hypothesis example) gets its own journal in a temporary
+folder. Its rules act only through ``python -m durable_kit ...`` child
+processes: start refunds (every delivery strategy), research reports (an
+approval, a clarifying question) and bookings (``tests/model_kinds.py``: a
+seat hold and a charge with compensations, an approval with or without a
+deadline); start workers, SIGKILL them, SIGSTOP one past its lease and
+SIGCONT it later; ``run``, approve, reject and answer (the right wait, a
+wrong one, a repeat, a late one), cancel, fork and resume; deploy a code
+change with or without ``wf.patched``; let time pass so deadlines and leases
+run out. After every rule the invariants are checked against the committed
+rows and the destinations' own books; at the end of a sequence every process
+is continued, one worker runs, and every workflow must reach a final status
+or a wait a person can see.
+
+Profiles (``DURABLE_KIT_MODEL_PROFILE``): ``bounded`` (the default, part of
+``python -m pytest``) runs a few short sequences; ``long`` runs sequences
+until ``DURABLE_KIT_MODEL_MINUTES`` (default 20) have passed and prints the
+totals. A failing sequence is shrunk by Hypothesis and printed as a short
+list of rule calls.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import shutil
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (Bundle, RuleBasedStateMachine, invariant, multiple, precondition, rule,
+                                 run_state_machine_as_test)
+
+from model_world import LEASE_SECONDS, MODULE, Totals, World, decoded, wait_for
+
+PROFILE = os.environ.get("DURABLE_KIT_MODEL_PROFILE", "bounded")
+MINUTES = float(os.environ.get("DURABLE_KIT_MODEL_MINUTES", "20"))
+STRATEGIES = ("naive", "reservation", "destination_key", "outbox", "reconciliation")
+ORDERS = ("A-1001", "A-1002", "A-1003")  # A-1002 needs an approval; A-1003's model cites unfetched evidence once
+TOPICS = ("supplier concentration risk", "our suppliers")  # the second is too broad: a clarifying question first
+FINAL = ("complete", "escalated", "stopped", "rejected", "cancelled")
+APPROVAL_WAIT = {"refund": "approval", "reviewed_report": "approval", "booking": "itinerary"}
+CRASH_LIMIT = 3  # attempts whose process died before a step escalates (RetryPolicy max_attempts of every step here)
+SETTLE_SECONDS = 90.0
+
+TOTALS = Totals()
+
+
+def key(workflow_id: str, action: str) -> str:
+    return f"{workflow_id}:{action}"
+
+
+class KitModel(RuleBasedStateMachine):
+    """The reference model: what each workflow may and must become, given the operations done to it."""
+
+    workflows = Bundle("workflows")
+
+    def __init__(self):
+        super().__init__()
+        self.folder = Path(tempfile.mkdtemp(prefix="durable-kit-model-"))
+        self.world = World(self.folder, TOTALS)
+        TOTALS.sequences += 1
+        self.expect: dict[str, dict] = {}  # per workflow: kind, strategy, order, what the model allows
+        self.deaths: Counter = Counter()  # processes killed while they owned the workflow's running lease
+        self.paused_over: Counter = Counter()  # owners stopped past their lease while running it
+        self.completed: dict[tuple[str, str], str] = {}  # (workflow, step) -> its output when first seen complete
+        self.finals: dict[str, tuple] = {}  # workflow -> (status, output) when first seen final
+        self.orders_used: set[str] = set()
+        self.count = 0
+        self.patched_deploy = False
+        self.trace: list[str] = []
+        self.still_since: float | None = None
+        self.alive = []  # the processes the model started and has not killed (running or stopped)
+
+    # --- helpers ---
+
+    def op(self) -> None:
+        """Count one operation and add the calling rule, with its arguments, to this sequence's trace."""
+        TOTALS.operations += 1
+        frame = sys._getframe(1)
+        names = frame.f_code.co_varnames[1:frame.f_code.co_argcount]
+        self.trace.append(f"{frame.f_code.co_name}({', '.join(f'{n}={frame.f_locals[n]!r}' for n in names)})")
+
+    def said(self, outcome: str) -> None:
+        """What the last operation did, in its line of the trace."""
+        self.trace[-1] += f"  # {outcome}"
+
+    def failed(self, error: AssertionError) -> AssertionError:
+        """The violation with the operations that led to it (the real processes may not repeat it exactly)."""
+        TOTALS.checks_failed += 1
+        return AssertionError(f"{error}\noperations of this sequence, in order:\n  " + "\n  ".join(self.trace))
+
+    def new_id(self, label: str) -> str:
+        self.count += 1
+        return f"{label}-{self.count}"
+
+    def start(self, workflow_id: str, kind: str, workflow_input: dict, **expect) -> str:
+        done = self.world.cli("start", "--db", str(self.world.db), "--kind", kind, "--input",
+                              json.dumps(workflow_input), "--id", workflow_id, "--module", str(MODULE))
+        assert done.returncode == 0, f"start {workflow_id} failed: {done.stderr.strip()}"
+        self.said(workflow_id)
+        self.expect[workflow_id] = {"kind": kind, "input": workflow_input, "cancel_must_win": False,
+                                    "decision": None, "block_allowed": False, "fork": False, "copied": set(), **expect}
+        return workflow_id
+
+    def row(self, workflow_id: str) -> dict:
+        return self.world.snapshot()["workflows"][workflow_id]
+
+    def note_deaths(self, interrupted: list[str]) -> None:
+        for workflow_id in interrupted:
+            self.deaths[workflow_id] += 1
+
+    # --- starting workflows ---
+
+    @rule(target=workflows, strategy=st.sampled_from(STRATEGIES), order=st.sampled_from(ORDERS))
+    def start_refund(self, strategy, order):
+        if order in self.orders_used:  # one refund per order per journal: the payment service counts by order
+            return multiple()
+        self.op()
+        self.orders_used.add(order)
+        return self.start(f"refund-{strategy}-{order}", "refund", {"order_id": order, "strategy": strategy},
+                          strategy=strategy, order=order)
+
+    @rule(target=workflows, topic=st.sampled_from(TOPICS))
+    def start_report(self, topic):
+        self.op()
+        return self.start(self.new_id("report"), "reviewed_report", {"topic": topic})
+
+    @rule(target=workflows, deadline=st.sampled_from([None, 1.0, 120.0]), step_seconds=st.sampled_from([0, 0.4]))
+    def start_booking(self, deadline, step_seconds):
+        self.op()
+        workflow_input = {"trip": f"trip-{self.count + 1}", "deadline": deadline, "step_seconds": step_seconds}
+        return self.start(self.new_id("booking"), "booking", workflow_input)
+
+    # --- processes ---
+
+    # Preconditions read the model's own list of processes, never the processes: Hypothesis replays a
+    # sequence while shrinking it, and must see the same choices each time.
+
+    @precondition(lambda self: len(self.alive) < 2)
+    @rule()
+    def start_worker(self):
+        self.op()
+        self.alive.append(self.world.start_worker())
+
+    @precondition(lambda self: self.alive)
+    @rule(which=st.integers(0, 1))
+    def kill_worker(self, which):
+        self.op()
+        interrupted = self.world.kill(self.alive.pop(which % len(self.alive)))
+        self.note_deaths(interrupted)
+        self.said(f"interrupted {interrupted}")
+
+    @precondition(lambda self: self.alive and not any(p.paused for p in self.alive))
+    @rule(which=st.integers(0, 1))
+    def pause_worker_past_its_lease(self, which):
+        self.op()
+        owned = self.world.pause(self.alive[which % len(self.alive)])
+        self.said(f"it owned {owned}")
+        time.sleep(LEASE_SECONDS * 1.5)  # past its lease: another worker may take its workflows over
+        for workflow_id in owned:
+            self.paused_over[workflow_id] += 1
+
+    @precondition(lambda self: any(p.paused for p in self.alive))
+    @rule()
+    def continue_paused_worker(self):
+        self.op()
+        for proc in self.alive:
+            if proc.paused:
+                self.world.resume_process(proc)
+
+    @rule(seconds=st.sampled_from([0.3, 1.0, 2.5]))
+    def let_time_pass(self, seconds):
+        self.op()
+        time.sleep(seconds)
+
+    @precondition(lambda self: any(not p.paused for p in self.alive))
+    @rule()
+    def wait_until_idle(self):
+        """Until no workflow is due or running (at most 20 s): the sequence's next operation meets a still world."""
+        self.op()
+        idle = wait_for(lambda: not self.world.busy(), 20.0)
+        self.said("idle" if idle else "still busy after 20 s")
+
+    @precondition(lambda self: self.world.code == "v1")
+    @rule(patched=st.booleans())
+    def deploy_code_change(self, patched):
+        """Stop every old worker (SIGKILL) and run new code from now on: a fraud check after the seat hold."""
+        self.op()
+        while self.alive:
+            self.note_deaths(self.world.kill(self.alive.pop()))
+        self.world.code = "v2-patched" if patched else "v2-unpatched"
+        self.patched_deploy = patched
+        if not patched:  # a history written before the change may block: the model allows it, nothing more
+            for workflow_id, row in self.world.snapshot()["workflows"].items():
+                if row["status"] not in FINAL and self.expect[workflow_id]["kind"] == "booking":
+                    self.expect[workflow_id]["block_allowed"] = True
+
+    # --- people and commands on one workflow ---
+
+    @rule(workflow_id=workflows)
+    def run(self, workflow_id):
+        self.op()
+        done = self.world.cli("run", "--db", str(self.world.db), "--workflow", workflow_id, "--module", str(MODULE))
+        self.said(f"exit {done.returncode}")
+        if done.returncode == -9:  # it outlived its timeout and was killed
+            TOTALS.kills += 1
+            self.deaths[workflow_id] += 1
+
+    @rule(workflow_id=workflows, approve=st.booleans(), wait=st.sampled_from(["right", "wrong", "unnamed"]))
+    def decide(self, workflow_id, approve, wait):
+        self.op()
+        kind = self.expect[workflow_id]["kind"]
+        name = {"right": APPROVAL_WAIT[kind], "wrong": "no-such-wait", "unnamed": None}[wait]
+        before = self.world.snapshot()
+        opened = before["waits"].get((workflow_id, name or APPROVAL_WAIT[kind]))
+        late = bool(opened and opened["status"] == "waiting" and opened["wake_at"] and opened["wake_at"] < time.time())
+        args = ["approve" if approve else "reject", "--db", str(self.world.db), "--workflow", workflow_id,
+                "--by", "Dana", "--json"] + (["--wait", name] if name else [])
+        done = self.world.cli(*args)
+        self.said(f"exit {done.returncode}: {(done.stdout or done.stderr).strip()[:160]}")
+        after = self.world.snapshot()
+        waits_of = lambda snap: {k: v for k, v in snap["waits"].items() if k[0] == workflow_id}  # noqa: E731
+        if done.returncode != 0:
+            assert done.returncode in (2, 3), f"{args[0]} {workflow_id}: exit {done.returncode}: {done.stderr}"
+            changed = {k: v for k, v in waits_of(after).items()
+                       if v["kind"] == "approval" and v["decision"] is not None and "timed_out" not in v["decision"]
+                       and waits_of(before).get(k, {}).get("decision") != v["decision"]}  # not a deadline passing
+            assert not changed, f"{args[0]} {workflow_id} was refused ({done.stdout}{done.stderr}) but saved {changed}"
+            return
+        assert wait != "wrong", f"{args[0]} {workflow_id} --wait no-such-wait was accepted: {done.stdout}"
+        assert not late, f"{args[0]} {workflow_id} was accepted after the wait's deadline had passed: {done.stdout}"
+        result = json.loads(done.stdout)["decision"]
+        if result["saved"] and before["workflows"][workflow_id]["status"] in FINAL:
+            TOTALS.notes.append(f"a decision was saved on {before['workflows'][workflow_id]['status']} "
+                                f"{workflow_id}: {done.stdout.strip()}")
+        first = before["waits"].get((workflow_id, result["wait"]))
+        if first is not None and first["status"] == "resolved":
+            assert not result["saved"], f"{workflow_id}: a decided wait was decided again: {result}"
+            assert decoded(first["decision"]).get("approved") == approve, (
+                f"{workflow_id}: the opposite of the saved decision was accepted: {result}")
+        if result["saved"]:
+            self.expect[workflow_id]["decision"] = "approved" if approve else "rejected"
+
+    @rule(workflow_id=workflows, wait=st.sampled_from(["right", "wrong"]))
+    def answer(self, workflow_id, wait):
+        self.op()
+        name = "clarify" if wait == "right" else "no-such-question"
+        done = self.world.cli("answer", "--db", str(self.world.db), "--workflow", workflow_id, "--wait", name,
+                              "--text", "supplier concentration risk", "--by", "Dana", "--json")
+        self.said(f"exit {done.returncode}")
+        if wait == "wrong" or self.expect[workflow_id]["kind"] != "reviewed_report":
+            assert done.returncode in (2, 3), f"answer {workflow_id} --wait {name} was accepted: {done.stdout}"
+
+    @rule(workflow_id=workflows)
+    def cancel(self, workflow_id):
+        self.op()
+        before = self.row(workflow_id)
+        done = self.world.cli("cancel", "--db", str(self.world.db), "--workflow", workflow_id, "--by", "Dana",
+                              "--reason", "plans changed", "--json")
+        self.said(f"was {before['status']}; exit {done.returncode}: {(done.stdout or done.stderr).strip()[:120]}")
+        if before["status"] in FINAL:
+            assert done.returncode == 2, f"cancel of {before['status']} {workflow_id} gave {done.returncode}"
+        if done.returncode == 0:
+            status = json.loads(done.stdout)["status"]
+            assert self.row(workflow_id)["cancel_requested"], f"cancel {workflow_id} said saved; nothing stored"
+            if status != "running" and before["cancel_requested"] is None:
+                self.expect[workflow_id]["cancel_must_win"] = True  # no replay was under way: it must stop
+
+    @rule(workflow_id=workflows, which=st.integers(0, 5))
+    def fork(self, workflow_id, which):
+        """A fork is left to the workers (not drawn for later rules: whether it exists depends on the run)."""
+        self.op()
+        expect = self.expect[workflow_id]
+        if expect["kind"] == "refund" and expect["strategy"] not in ("destination_key", "outbox"):
+            self.said("not forked")
+            return  # unkeyed refunds are counted by order: a fork would pay the same order again
+        snap = self.world.snapshot()
+        done_steps = sorted(((s["position"], name) for (w, name), s in snap["steps"].items()
+                             if w == workflow_id and s["status"] == "complete" and s["position"] is not None
+                             and not name.startswith("compensate:")))  # a fork goes on from the work, not its undoing
+        if not done_steps:
+            self.said("no completed step yet")
+            return
+        up_to = done_steps[which % len(done_steps)][1]
+        new_id = self.new_id("fork")
+        done = self.world.cli("fork", "--db", str(self.world.db), "--workflow", workflow_id, "--up-to", up_to,
+                              "--new-id", new_id, "--by", "Dana", "--module", str(MODULE))
+        self.said(f"{new_id} up to {up_to}: exit {done.returncode}")
+        if done.returncode != 0:
+            assert done.returncode == 3, f"fork {workflow_id} up to {up_to}: {done.stderr}"
+            return
+        copied = {name for position, name in done_steps if position <= dict(map(reversed, done_steps))[up_to]}
+        self.expect[new_id] = {**expect, "cancel_must_win": False, "decision": None, "fork": True, "copied": copied}
+
+    @rule(workflow_id=workflows)
+    def resume(self, workflow_id):
+        self.op()
+        before = self.row(workflow_id)["status"]
+        done = self.world.cli("resume", "--db", str(self.world.db), "--workflow", workflow_id, "--by", "Dana")
+        self.said(f"was {before}; exit {done.returncode}")
+        if before in FINAL:
+            assert done.returncode == 2, f"resume of {before} {workflow_id} gave {done.returncode}: {done.stdout}"
+
+    # --- invariants ---
+
+    @invariant()
+    def invariants_hold(self):
+        try:
+            self.check(self.world.snapshot())
+        except AssertionError as error:
+            raise self.failed(error) from None
+
+    def check(self, snap: dict) -> None:
+        for (workflow_id, name), step in snap["steps"].items():
+            if (workflow_id, name) in self.completed:
+                assert step["status"] == "complete" and step["output"] == self.completed[workflow_id, name], (
+                    f"{workflow_id}: completed step {name!r} changed: {self.completed[workflow_id, name]} -> "
+                    f"{step['status']} {step['output']}")
+            elif step["status"] == "complete":
+                self.completed[workflow_id, name] = step["output"]
+        missing = [k for k in self.completed if k not in snap["steps"]]
+        assert not missing, f"completed steps disappeared: {missing}"
+        for workflow_id, row in snap["workflows"].items():
+            self.check_workflow(workflow_id, row, snap)
+        self.check_destinations(snap)
+        problems = self.world.integrity()
+        assert not problems, f"integrity_check: {problems}"
+
+    def check_workflow(self, workflow_id: str, row: dict, snap: dict) -> None:
+        expect, status = self.expect[workflow_id], row["status"]
+        if workflow_id in self.finals:
+            assert (status, row["output"]) == self.finals[workflow_id], (
+                f"{workflow_id}: final {self.finals[workflow_id]} changed to {status} {row['output']}")
+        elif status in FINAL:
+            self.finals[workflow_id] = (status, row["output"])
+        if status == "escalated":
+            reserved = "reserved by an attempt" in (row["error"] or "")
+            needed = 1 if reserved else CRASH_LIMIT
+            had = self.deaths[workflow_id] + (self.paused_over[workflow_id] if reserved else 0)
+            assert had >= needed, (
+                f"{workflow_id} escalated ({row['error']}) with {self.deaths[workflow_id]} dead processes and "
+                f"{self.paused_over[workflow_id]} paused past their lease; it needs {needed}")
+        if status == "blocked":
+            assert expect["block_allowed"], f"{workflow_id} blocked with no incompatible code change: {row['error']}"
+        if status in FINAL and expect["cancel_must_win"]:
+            assert status in ("cancelled", "escalated"), (
+                f"{workflow_id}: cancelled while no replay ran, yet it ended {status} ({row['error']}); "
+                f"history {snap['events'].get(workflow_id)}")
+        if status == "rejected":
+            assert expect["decision"] in ("rejected", None) or expect["fork"], (
+                f"{workflow_id} ended rejected after an approval")
+        if expect["decision"] == "rejected" and status in FINAL:
+            assert status in ("rejected", "cancelled", "stopped"), f"{workflow_id}: rejected, yet it ended {status}"
+
+    def check_destinations(self, snap: dict) -> None:
+        refunds = self.world.destination_rows("payments", "refunds")
+        deliveries = self.world.destination_rows("notify", "deliveries")
+        effects = {name: self.world.destination_rows(name, "effects") for name in ("seats", "cards", "tickets")}
+        for workflow_id, expect in self.expect.items():
+            status = snap["workflows"][workflow_id]["status"]
+            if expect["kind"] == "refund" and expect["strategy"] != "naive":
+                if expect["strategy"] in ("destination_key", "outbox"):
+                    paid = sum(1 for r in refunds if r["key"] == key(workflow_id, "refund"))
+                else:
+                    paid = sum(1 for r in refunds if r["key"] is None and r["order_id"] == expect["order"])
+                assert paid <= 1, f"{workflow_id} ({expect['strategy']}): {paid} refunds at the payment service"
+                if status == "complete":  # a fork past the refund reuses its original's receipt
+                    assert paid + ("refund" in expect["copied"]) == 1, (
+                        f"{workflow_id} ({expect['strategy']}) complete with {paid} refunds under its key")
+            if expect["kind"] in ("refund", "reviewed_report") and expect.get("strategy") != "naive":
+                told = sum(1 for d in deliveries if d["key"] == key(workflow_id, "notify"))
+                assert told <= 1, f"{workflow_id}: {told} notifications delivered with its key"
+            if expect["kind"] == "booking":
+                made = Counter(e["key"] for service in effects.values() for e in service
+                               if e["key"] and e["key"].startswith(workflow_id + ":"))
+                steps = {name: s for (w, name), s in snap["steps"].items() if w == workflow_id}
+                if status == "complete":
+                    for action in ("hold_seat", "charge_card", "issue_ticket"):
+                        assert made[key(workflow_id, action)] + (action in expect["copied"]) == 1, (
+                            f"{workflow_id} complete; effects {dict(made)}; reused {expect['copied']}")
+                if status in ("cancelled", "rejected", "stopped"):
+                    assert made[key(workflow_id, "issue_ticket")] == 0, f"{workflow_id} {status} with a ticket"
+                for action in ("hold_seat", "charge_card"):
+                    undone = made[key(workflow_id, f"compensate:{action}")]
+                    if status == "cancelled" and steps.get(action, {}).get("status") == "complete":
+                        assert undone == 1, f"{workflow_id} cancelled; {action} undone {undone} times: {dict(made)}"
+                    if status != "cancelled" and status in FINAL and status != "escalated":
+                        assert undone == 0, f"{workflow_id} {status}, yet {action} was undone: {dict(made)}"
+
+    # --- the end of a sequence ---
+
+    def settled(self, snap: dict) -> dict[str, str]:
+        """Workflows not yet final nor in a wait a person can see, with why."""
+        open_waits = {w for (w, _), v in snap["waits"].items()
+                      if v["status"] == "waiting" and v["kind"] in ("approval", "clarification")}
+        left = {}
+        for workflow_id, row in snap["workflows"].items():
+            status = row["status"]
+            if status in FINAL or status == "paused" or (status == "blocked" and self.expect[workflow_id][
+                    "block_allowed"]) or (status == "waiting" and workflow_id in open_waits):
+                continue
+            left[workflow_id] = f"{status}: {row['error'] or ''}"
+        return left
+
+    def calm(self) -> bool:
+        """True once every workflow has settled, or nothing can change any more (nothing running, due or scheduled)."""
+        if not self.world.live():  # a worker must be running for the promise to apply
+            self.world.start_worker()
+        if not self.settled(self.world.snapshot()):
+            return True
+        if self.world.busy(horizon=SETTLE_SECONDS):
+            self.still_since = None
+            return False
+        self.still_since = self.still_since or time.monotonic()
+        return time.monotonic() - self.still_since > 1.0  # still for a second: stuck, not between two writes
+
+    def teardown(self):
+        try:
+            for proc in self.world.live():
+                if proc.paused:
+                    self.world.resume_process(proc)
+            wait_for(self.calm, SETTLE_SECONDS, poll=0.3)
+            snap = self.world.snapshot()
+            TOTALS.ended.update(row["status"] for row in snap["workflows"].values())
+            try:
+                self.check(snap)
+            except AssertionError as error:
+                raise self.failed(error) from None
+            unsettled = self.settled(snap)
+            if unsettled:
+                raise self.failed(AssertionError("after the operations stopped, with a worker running, "
+                                     f"these are neither final nor waiting for a person: {unsettled}; history "
+                                     f"{ {w: snap['events'].get(w) for w in unsettled} }")) from None
+        finally:
+            self.world.live()  # notes workers that ended on their own
+            TOTALS.notes.extend(self.world.exited)
+            self.world.stop_all()
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+
+COMMON = dict(deadline=None, database=None, suppress_health_check=list(HealthCheck), print_blob=True)
+
+
+def violations_in(error: BaseException) -> list[str]:
+    """The model's own messages inside what Hypothesis raised (a flaky replay wraps them in a group)."""
+    found, todo, seen = [], [error], set()
+    while todo:
+        current = todo.pop(0)
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, AssertionError) and "operations of this sequence" in str(current):
+            found.append(str(current))
+        todo += [*getattr(current, "exceptions", ()), current.__cause__, current.__context__]
+    return found or [f"{type(error).__name__}: {error}"]
+
+
+def print_totals(capsys, started: float) -> None:
+    with capsys.disabled():
+        print(f"\nmodel-based test ({PROFILE}, {time.monotonic() - started:.0f} s): {TOTALS.line()}")
+        for note in TOTALS.notes[:10]:
+            print(f"  {note}")
+
+
+def test_the_kit_against_its_model(capsys):
+    started = time.monotonic()
+    try:
+        if PROFILE == "long":  # every failing sequence is reported (shrunk), then the search goes on
+            failures = []
+            while time.monotonic() - started < MINUTES * 60:
+                try:
+                    run_state_machine_as_test(KitModel, settings=settings(max_examples=3, stateful_step_count=40,
+                                                                          **COMMON))
+                except Exception as error:  # noqa: BLE001  (any failure of a sequence, reported below)
+                    TOTALS.violations += 1
+                    failures.append(error)
+                    with capsys.disabled():
+                        print(f"\nfailing sequence {len(failures)}:\n" + "\n".join(violations_in(error)), flush=True)
+            if failures:
+                raise failures[0]
+        else:
+            try:
+                run_state_machine_as_test(KitModel, settings=settings(max_examples=6, stateful_step_count=20,
+                                                                      **COMMON))
+            except Exception:
+                TOTALS.violations += 1
+                raise
+    finally:
+        print_totals(capsys, started)

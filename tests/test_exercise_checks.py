@@ -102,3 +102,81 @@ def test_kill_after_fetch_runs_real_processes(capsys):
     checks.check_kill_after_fetch(exits_politely)
     assert said(capsys).startswith("not quite: the database should show one crash point fired, "
                                    "'after_fetch (kill)'; it shows ['after_fetch (exit)']")
+
+
+# --- notebook 08: check_resume_context -----------------------------------------------------------------------------
+
+def right_resume(run, store, gaps, planned_searches):
+    for finding in store.findings.values():
+        for passage_id in finding.cites:
+            if passage_id not in store.passages:
+                raise KeyError(f"finding {finding.id!r} cites passage {passage_id!r}, which is not stored")
+    return {"request": run["request"], "source_scope": run["source_scope"], "user_input": list(run["user_input"]),
+            "unresolved_gaps": dict(gaps), "planned_searches": list(planned_searches),
+            "findings": [{**f.to_dict(), "evidence": [store.passages[p].to_dict() for p in f.cites]}
+                         for f in store.findings.values()]}
+
+
+def resume_variant(change):
+    """The right answer with one change applied to the context it returns."""
+    def resume(run, store, gaps, planned_searches):
+        context = right_resume(run, store, gaps, planned_searches)
+        change(context, store)
+        return context
+    return resume
+
+
+def test_resume_context_passes_the_right_answer(capsys):
+    checks.check_resume_context(right_resume)
+    assert said(capsys) == ("pass: the next input holds the saved state and nothing else, and a dangling "
+                            "citation is refused by name")
+    checks.check_resume_context(stub)
+    assert said(capsys).startswith("not yet:")
+
+
+def test_resume_context_refuses_a_context_without_the_users_answer(capsys):
+    checks.check_resume_context(resume_variant(lambda context, store: context.pop("user_input")))
+    assert said(capsys).startswith("not quite: the context lacks ['user_input']")
+    # The answer's words are in no passage: a context that drops user_input cannot pass by quoting one.
+    run, store, gaps, planned = checks.resume_example()
+    assert checks.RESUME_ANSWER not in json.dumps([store.to_dict(), gaps, planned])
+
+
+def test_resume_context_refuses_an_unfinished_response(capsys):
+    checks.check_resume_context(resume_variant(lambda context, store: context.update(last_response="Sure! …")))
+    assert said(capsys).startswith("not quite: the context holds ['last_response'], which is not saved state")
+    checks.check_resume_context(resume_variant(lambda context, store: context["user_input"].append("Sure! …")))
+    assert said(capsys).startswith("not quite: context['user_input'] is")
+
+
+def test_resume_context_refuses_findings_without_their_passages_or_merged_by_passage(capsys):
+    def claims_only(context, store):
+        for finding in context["findings"]:
+            finding.pop("evidence")
+    checks.check_resume_context(resume_variant(claims_only))
+    assert said(capsys).startswith("not quite: finding 'f-share' should be finding.to_dict() plus 'evidence'")
+
+    def one_per_passage(context, store):
+        context["findings"] = list({f["cites"][0]: f for f in context["findings"]}.values())
+    checks.check_resume_context(resume_variant(one_per_passage))
+    assert said(capsys).startswith("not quite: the findings are ['f-risk'], the store holds ['f-risk', 'f-share']")
+    checks.check_resume_context(resume_variant(lambda context, store: context.update(unresolved_gaps={})))
+    assert said(capsys).startswith("not quite: context['unresolved_gaps'] is {}")
+
+
+def test_resume_context_refuses_a_dangling_citation_skipped_or_unnamed(capsys):
+    def skips_missing(run, store, gaps, planned_searches):
+        context = right_resume(run, type(store)(passages=store.passages, findings={
+            k: f for k, f in store.findings.items() if all(p in store.passages for p in f.cites)}), gaps,
+            planned_searches)
+        return context
+    checks.check_resume_context(skips_missing)
+    assert said(capsys).startswith("not quite: finding 'f-mill' cites 'tallis-fy2024-rf-99', which is not in the "
+                                   "store, and no error was raised")
+
+    def no_check(run, store, gaps, planned_searches):  # fails on the lookup with a KeyError naming the passage only
+        return {**right_resume(run, type(store)(passages=store.passages), gaps, planned_searches),
+                "findings": [{**f.to_dict(), "evidence": [store.passages[p].to_dict() for p in f.cites]}
+                             for f in store.findings.values()]}
+    checks.check_resume_context(no_check)
+    assert said(capsys).startswith("not quite: the error for a dangling citation should name the finding 'f-mill'")

@@ -131,6 +131,22 @@ def calls_vs_artifacts(labels: Sequence[str], calls: Sequence[int], needed: Sequ
         plt.show()
 
 
+def repeated_bars(labels: Sequence[str], values: Sequence[int], title: str, ylabel: str,
+                  xlabel: str | None = None, label: str = "paid again") -> None:
+    """One red bar per label: how much work repeated there (for example tokens a crash paid twice)."""
+    with projector():
+        fig, ax = plt.subplots(figsize=(min(16.0, 0.75 * len(labels) + 5.5), 5.2))
+        ax.bar(list(labels), list(values), color=REPEATED, label=label)
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylabel(ylabel)
+        if xlabel:
+            ax.set_xlabel(xlabel)
+        ax.set_title(title)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+        fig.tight_layout()
+        plt.show()
+
+
 def cost_per_step(result: dict, compared: dict | None = None) -> None:
     """What a journaled step costs on this machine: the kit (blue) against the raw SQLite floor (grey).
 

@@ -251,3 +251,94 @@ def check_classify(classify: Callable[[dict], BaseException]) -> None:
         return _report(f"{NOT_QUITE} {len(wrong)} of {len(CLASSIFY_RESPONSES)} responses take the wrong path: "
                        + "; ".join(wrong), "")
     return _report(None, f"all {len(CLASSIFY_RESPONSES)} responses take the path they need")
+
+
+# --- notebook 08: rebuild the next input from saved state ----------------------------------------
+
+RESUME_KEYS = ("request", "source_scope", "findings", "unresolved_gaps", "planned_searches", "user_input")
+# Dana's answer, a phrase that appears in no passage, finding, gap or plan of the check's store, so a context
+# that drops `user_input` cannot pass by quoting a passage that happens to hold the same words.
+RESUME_ANSWER = "Dana: compare the FY2025 filings only"
+
+
+def resume_example():
+    """(run, store, gaps, planned_searches): the saved state check_resume_context rebuilds from (notebook 08)."""
+    from ..agents.loop import fixture_passage
+    from ..memory import EvidenceStore
+
+    store = EvidenceStore()
+    for passage_id in ("northwind-fy2025-rf-07", "tallis-fy2025-rf-04"):
+        store.add_passage(fixture_passage(passage_id))
+    store.add_finding({"id": "f-share", "claim": "One supplier: 38% of spend.", "cites": ["northwind-fy2025-rf-07"],
+                       "gap": "northwind", "turn": 3})
+    store.add_finding({"id": "f-risk", "claim": "Its interruption could halt assembly.",
+                       "cites": ["northwind-fy2025-rf-07"], "gap": "northwind", "turn": 4})
+    run = {"request": "Compare supplier concentration.", "source_scope": {"companies": ["northwind", "tallis"]},
+           "user_input": [RESUME_ANSWER]}
+    return run, store, {"tallis": "how Tallis describes it"}, [{"query": "carton board", "period": "FY2025"}]
+
+
+def check_resume_context(resume: Callable) -> None:
+    """Run ``resume(run, store, gaps, planned_searches)`` on saved state; print pass or what is wrong.
+
+    It must return a dict with exactly the keys of ``RESUME_KEYS``, each
+    value copied from saved state (the findings as ``finding.to_dict()`` plus
+    ``"evidence"``, the cited passages' ``to_dict()``), and raise an error
+    naming the finding and the passage when a citation is not in the store.
+    """
+    _report(_resume_problem(resume), "the next input holds the saved state and nothing else, and a dangling "
+                                     "citation is refused by name")
+
+
+def _resume_problem(resume: Callable) -> str | None:
+    from ..memory import EvidenceStore, Finding
+
+    run, store, gaps, planned = resume_example()
+    try:
+        context = resume(json.loads(json.dumps(run)), store, dict(gaps), list(planned))
+    except NotImplementedError:
+        return f"{NOT_YET} my_resume_context still raises NotImplementedError; write it, then run this cell again"
+    except Exception as error:
+        return f"{NOT_QUITE} it raised {type(error).__name__}: {error} on a store whose citations all resolve"
+    if not isinstance(context, dict):
+        return f"{NOT_QUITE} return a dict, not {type(context).__name__}"
+    extra = sorted(set(context) - set(RESUME_KEYS))
+    if extra:
+        return (f"{NOT_QUITE} the context holds {extra}, which is not saved state. Hint: a resumed model sees "
+                "only what the journal kept; an unfinished provider response was never kept")
+    missing = [key for key in RESUME_KEYS if key not in context]
+    if missing:
+        return (f"{NOT_QUITE} the context lacks {missing}. Hint: each of the six keys carries one part of what "
+                "is known; a resumed model knows nothing you leave out (the user's answer included)")
+    expected = {"request": run["request"], "source_scope": run["source_scope"], "unresolved_gaps": gaps,
+                "planned_searches": planned, "user_input": run["user_input"]}
+    for key, value in expected.items():
+        if json.loads(json.dumps(context[key], default=str)) != value:
+            return (f"{NOT_QUITE} context[{key!r}] is {context[key]!r}; saved state holds {value!r}. Hint: copy "
+                    "it from the saved state as it is; add nothing, drop nothing")
+    findings = context["findings"]
+    ids = [f.get("id") for f in findings] if isinstance(findings, list) and all(
+        isinstance(f, dict) for f in findings) else None
+    if ids is None:
+        return f"{NOT_QUITE} context['findings'] should be a list of dicts, one per finding; got {findings!r}"
+    if sorted(ids) != sorted(store.findings):
+        return (f"{NOT_QUITE} the findings are {ids}, the store holds {sorted(store.findings)}. Hint: a finding "
+                "has its own id; two findings that cite one passage are two findings")
+    for finding in findings:
+        cited = [store.passages[p].to_dict() for p in store.findings[finding["id"]].cites]
+        if finding.get("evidence") != cited or finding.get("claim") != store.findings[finding["id"]].claim:
+            return (f"{NOT_QUITE} finding {finding['id']!r} should be finding.to_dict() plus 'evidence': the "
+                    f"passages it cites, each passage.to_dict(); it is {finding!r}. Hint: a claim without its "
+                    "passage is a conclusion the model cannot inspect")
+    dangling = EvidenceStore(passages=dict(store.passages), findings=dict(store.findings))
+    dangling.findings["f-mill"] = Finding("f-mill", "One mill supplies all board.", ("tallis-fy2024-rf-99",))
+    try:
+        resume(json.loads(json.dumps(run)), dangling, dict(gaps), list(planned))
+    except Exception as error:
+        if "f-mill" in str(error) and "tallis-fy2024-rf-99" in str(error):
+            return None
+        return (f"{NOT_QUITE} the error for a dangling citation should name the finding 'f-mill' and the passage "
+                f"'tallis-fy2024-rf-99'; it said: {error}")
+    return (f"{NOT_QUITE} finding 'f-mill' cites 'tallis-fy2024-rf-99', which is not in the store, and no error "
+            "was raised. Hint: look up every citation before you build anything; one that does not resolve stops "
+            "the resume")

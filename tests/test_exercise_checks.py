@@ -180,3 +180,84 @@ def test_resume_context_refuses_a_dangling_citation_skipped_or_unnamed(capsys):
                              for f in store.findings.values()]}
     checks.check_resume_context(no_check)
     assert said(capsys).startswith("not quite: the error for a dangling citation should name the finding 'f-mill'")
+
+
+# --- notebook 05: check_notify ---------------------------------------------------------------------------------------
+
+def notify_with(key=lambda wf: f"{wf.id}:notify", dedupe=True, step="notify"):
+    from durable_kit.fakes.notifier import Notifier
+
+    def notify(wf, message):
+        notifier = Notifier.beside(wf.db_path, dedupe=dedupe)
+        return wf.execute_step(step, lambda: notifier.send(message["to"], message["message"], key(wf)), message)
+    return notify
+
+
+def test_notify_passes_a_key_sent_to_a_deduplicating_notifier(capsys):
+    checks.check_notify(notify_with())
+    assert said(capsys) == "pass: 2 requests, 1 delivery, key 'notify-1:notify'"
+    checks.check_notify(stub)
+    assert said(capsys).startswith("not yet:")
+
+
+def test_notify_refuses_each_half_missing_and_a_key_from_the_attempt(capsys):
+    import uuid
+    checks.check_notify(notify_with(key=lambda wf: None, dedupe=False))  # the naive version
+    assert said(capsys).startswith("not quite: 2 requests reached the notifier and the customer got 2 messages")
+    checks.check_notify(notify_with(dedupe=False))  # a key, to a notifier that ignores keys
+    assert said(capsys).startswith("not quite: 2 requests reached the notifier and the customer got 2 messages")
+    checks.check_notify(notify_with(key=lambda wf: None))  # a deduplicating notifier, sent no key
+    assert said(capsys).startswith("not quite: 2 requests reached the notifier and the customer got 2 messages")
+    checks.check_notify(notify_with(key=lambda wf: f"{wf.id}:notify:{uuid.uuid4()}"))  # new on every attempt
+    assert said(capsys).startswith("not quite: each attempt sent a new key")
+    checks.check_notify(notify_with(key=lambda wf: "notify"))  # the action alone: every workflow shares it
+    assert said(capsys).startswith("not quite: the key was 'notify'")
+    checks.check_notify(notify_with(step="send"))
+    assert said(capsys).startswith("not quite: the notify step ran 0 time(s), not 2")
+
+
+# --- notebook 06: check_fenced_write ---------------------------------------------------------------------------------
+
+INSERT_STEP = ("INSERT INTO steps (workflow_id, name, status, output, attempts) VALUES (?, ?, 'complete', ?, 1)")
+
+
+def save_with(fence):
+    from durable_kit.leases import check
+
+    def save(conn, lease, step, output):
+        if fence == "before":
+            check(conn, lease)  # outside the write's transaction
+        with immediate(conn):
+            if fence == "inside":
+                check(conn, lease)
+            conn.execute(INSERT_STEP, (lease.workflow_id, step, json.dumps(output)))
+    return save
+
+
+def test_fenced_write_passes_a_check_inside_the_transaction(capsys):
+    checks.check_fenced_write(save_with("inside"))
+    assert said(capsys) == "pass: refused token 1; stored worker-b's output with token 2"
+    checks.check_fenced_write(stub)
+    assert said(capsys).startswith("not yet:")
+
+
+def test_fenced_write_refuses_no_check_a_check_before_begin_and_refusing_everyone(capsys):
+    from durable_kit.leases import LeaseLost
+
+    checks.check_fenced_write(save_with(None))
+    assert said(capsys).startswith("not quite: worker-a wrote with token 1 after token 2 was granted to worker-b")
+    checks.check_fenced_write(save_with("before"))
+    assert said(capsys).startswith("not quite: the token was not read inside the write's transaction")
+
+    def refuses_all(conn, lease, step, output):
+        raise LeaseLost(f"token {lease.token} refused")
+    checks.check_fenced_write(refuses_all)
+    assert said(capsys).startswith("not quite: the current owner's write was refused too (token 2 refused)")
+
+    def autocommit_then_check(conn, lease, step, output):  # writes outside any transaction, then checks
+        from durable_kit.leases import check
+        conn.execute(INSERT_STEP, (lease.workflow_id, step, json.dumps(output)))
+        conn.commit()
+        check(conn, lease)
+    checks.check_fenced_write(autocommit_then_check)
+    assert said(capsys).startswith("not quite: the refused write changed the steps table")

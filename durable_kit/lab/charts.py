@@ -81,6 +81,10 @@ def calls_vs_artifacts(labels: Sequence[str], calls: Sequence[int], needed: Sequ
                        groups: Sequence[str] | None = None, ymax: int | None = None) -> None:
     """Per label: calls made (needed part grey, repeated part red) beside what was kept (blue).
 
+    A call that was needed and never made is drawn orange in the calls bar.
+    What was kept beyond the needed count is a duplicate: blue counts only up
+    to ``needed``, and the rest of the kept bar is red.
+
     ``groups`` (one name per label) separates the bars into groups with a gap
     and names each group once above its bars. ``ymax`` fixes the top of the
     y-axis, so two charts compared side by side share a scale (``shared_ymax``).
@@ -94,6 +98,9 @@ def calls_vs_artifacts(labels: Sequence[str], calls: Sequence[int], needed: Sequ
                          f"{len(needed)} needed, {len(stored)} stored")
     first = [min(c, n) for c, n in zip(calls, needed)]
     repeated = [c - f for c, f in zip(calls, first)]
+    missing = [n - f for n, f in zip(needed, first)]
+    kept = [min(s, n) for s, n in zip(stored, needed)]
+    kept_twice = [s - k for s, k in zip(stored, kept)]
     xs = _positions(labels, groups)
     width = 0.4
     crowded = len(labels) > 12
@@ -101,14 +108,18 @@ def calls_vs_artifacts(labels: Sequence[str], calls: Sequence[int], needed: Sequ
         fig, ax = plt.subplots(figsize=(min(16.0, 0.75 * (xs[-1] + 1 if xs else 1) + 5.5), 6.2 if crowded else 5.2))
         notes = []
         series = [(first, NEEDED, f"{calls_label}, needed once", None),
-                  (repeated, REPEATED, f"{calls_label}, repeated", first)]
+                  (repeated, REPEATED, f"{calls_label}, repeated", first),
+                  (missing, MISSING, f"{calls_label}, needed and never made", first)]
         for values, colour, label, bottom in series:
             if any(values):
                 ax.bar([x - width / 2 for x in xs], values, width, bottom=bottom, color=colour, label=label)
             elif label.endswith("repeated"):
                 notes.append(f"no {calls_label} repeated")
         if any(stored):
-            ax.bar([x + width / 2 for x in xs], stored, width, color=KEPT, label=stored_label)
+            ax.bar([x + width / 2 for x in xs], kept, width, color=KEPT, label=stored_label)
+            if any(kept_twice):
+                ax.bar([x + width / 2 for x in xs], kept_twice, width, bottom=kept, color=REPEATED,
+                       label=f"{stored_label}, duplicates", hatch="//", edgecolor="white")
         else:
             notes.append(f"{stored_label}: 0 everywhere")
         ax.set_xticks(xs, labels, rotation=60 if crowded else 25, ha="right")

@@ -96,3 +96,55 @@ def test_what_was_needed_and_never_done_is_an_orange_bar_of_its_own(drawn):
     assert legend(fig)[-1] == "notifications never sent"
     charts.calls_vs_artifacts(["sent"], [7], 7, [7], "t", missing=[0], missing_label="never sent")
     assert [t.get_text() for t in drawn[1].axes[0].texts] == ["no calls repeated; never sent: 0 everywhere"]
+def test_a_call_never_made_is_orange_and_a_duplicate_kept_is_red_not_blue(drawn):
+    charts.calls_vs_artifacts(["lost", "twice", "once"], [0, 2, 1], 1, [0, 2, 1], "t", calls_label="payment calls",
+                              stored_label="refunds")
+    (fig,) = drawn
+    bars = {}
+    for patch in fig.axes[0].patches:
+        if patch.get_height():
+            bars.setdefault(matplotlib.colors.to_hex(patch.get_facecolor()), []).append(
+                (round(patch.get_x() + patch.get_width() / 2), patch.get_height()))
+    assert bars[charts.MISSING] == [(0, 1)]  # the lost refund's needed call
+    assert sorted(bars[charts.KEPT]) == [(1, 1), (2, 1)]  # blue counts one refund at most
+    assert (1, 1) in bars[charts.REPEATED] and len(bars[charts.REPEATED]) == 2  # a repeated call, a second refund
+    assert "refunds, duplicates" in legend(fig) and "payment calls, needed and never made" in legend(fig)
+
+
+def test_repeated_bars_are_red_and_projector_sized(drawn):
+    charts.repeated_bars(["turn:1", "turn:7"], [125, 569], "t", ylabel="tokens paid twice")
+    (fig,) = drawn
+    ax = fig.axes[0]
+    assert {matplotlib.colors.to_hex(p.get_facecolor()) for p in ax.patches} == {charts.REPEATED}
+    assert ax.title.get_fontsize() == charts.PROJECTOR["axes.titlesize"]
+
+
+# --- every chart of every notebook is drawn by the shared chart modules ------------------------------------------
+
+def chart_cells():
+    """(notebook, cell index, source) for each code cell whose committed output holds an image."""
+    import json
+    from pathlib import Path
+
+    for path in sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb")):
+        for index, cell in enumerate(json.loads(path.read_text(encoding="utf-8"))["cells"]):
+            if cell["cell_type"] == "code" and any("image/png" in o.get("data", {}) for o in cell.get("outputs", [])):
+                yield path.name, index, "".join(cell["source"])
+
+
+def test_every_chart_cell_draws_with_the_shared_palette_and_style():
+    import re
+
+    from durable_kit.lab import crashlab_charts
+
+    drawers = {name for module in (charts, crashlab_charts) for name in dir(module)
+               if callable(getattr(module, name)) and getattr(getattr(module, name), "__module__", "") == module.__name__
+               and not name.startswith("_")} - {"projector", "shared_ymax", "summary_row"}
+    cells = list(chart_cells())
+    assert len(cells) >= 10
+    own_style = re.compile(r"\b(plt|ax|fig|sns)\.|\bcolou?rs?\s*=|#[0-9a-fA-F]{6}\b|\bcmap\s*=")
+    for notebook, index, source in cells:
+        assert any(re.search(rf"\b{name}\(", source) for name in drawers), (
+            f"{notebook} cell {index} draws a chart without durable_kit.lab.charts: {source[:80]!r}")
+        assert not own_style.search(source), (
+            f"{notebook} cell {index} sets its own colours or style: {own_style.search(source).group(0)!r}")

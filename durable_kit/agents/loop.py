@@ -27,14 +27,14 @@ import json
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..fakes import data_dir
 from ..fakes.scripted import SCRIPTED_MODEL, ProviderUnavailable, ScriptedModel, cost_of
 from ..fakes.sources import load_filings
 from ..journal import Journal, Workflow, workflow
 from ..ledger import Ledger, ledger_path
-from ..memory import DanglingReference, EvidenceStore, Finding, Passage, recall, resume_context
+from ..memory import DanglingReference, EvidenceStore, Passage, recall, resume_context
 from ..store import from_json, now
 
 TOOLS = ("search", "read", "note_finding", "ask_user", "recall", "finish")
@@ -360,58 +360,3 @@ def activity_runs(db_path: str | Path, workflow_id: str) -> dict[str, int]:
             runs[call["operation"]] = runs.get(call["operation"], 0) + 1
     ledger.close()
     return runs
-
-
-# ---- notebook 08's exercise ------------------------------------------------------------------------------------
-
-def check_resume_context(resume: Callable[[dict, EvidenceStore, dict, list], dict]) -> None:
-    """Run the learner's ``resume(run, store, gaps, planned_searches)`` on saved state; print pass or what is wrong.
-
-    It must return the request, the source scope, every finding with the
-    passages it cites, the unresolved gaps, the planned searches and the
-    user's input; and raise an error naming the finding and the passage when
-    a finding's citation is not in the store. Never raises: prints one line.
-    """
-    print(_resume_context_problem(resume) or "pass: the next input is rebuilt from saved state only, and a "
-                                               "dangling citation is refused by name")
-
-
-def _resume_context_problem(resume: Callable) -> str | None:
-    store = EvidenceStore()
-    for passage_id in ("northwind-fy2025-rf-07", "tallis-fy2025-rf-04"):
-        store.add_passage(fixture_passage(passage_id))
-    store.add_finding({"id": "f-share", "claim": "One supplier: 38% of spend.", "cites": ["northwind-fy2025-rf-07"],
-                       "gap": "northwind", "turn": 3})
-    store.add_finding({"id": "f-risk", "claim": "Its interruption could halt assembly.",
-                       "cites": ["northwind-fy2025-rf-07"], "gap": "northwind", "turn": 4})
-    run = {"request": "Compare supplier concentration.", "source_scope": {"companies": ["northwind", "tallis"]},
-           "user_input": ["FY2025"]}
-    gaps, planned = {"tallis": "how Tallis describes it"}, [{"query": "carton board", "period": "FY2025"}]
-    try:
-        context = resume(run, store, gaps, planned)
-    except NotImplementedError:
-        return "not yet: my_resume_context still raises NotImplementedError; write it, then run this cell again"
-    except Exception as error:
-        return f"not quite: it raised {type(error).__name__}: {error} on a store whose citations all resolve"
-    if not isinstance(context, dict):
-        return f"not quite: return a dict, not {type(context).__name__}"
-    text = json.dumps(context, sort_keys=True, default=str)
-    expected = {"the request": run["request"], "the source scope": "tallis\"]", "finding f-share": "f-share",
-                "finding f-risk": "f-risk", "the cited passage's words": "38% of our component spend",
-                "the unresolved gap": "how Tallis describes it", "the planned search": "carton board",
-                "the user's answer": "FY2025"}
-    missing = [what for what, needle in expected.items() if needle not in text]
-    if missing:
-        return (f"not quite: the context lacks {', '.join(missing)}. Hint: a resumed model sees only what you put "
-                "in; give each finding the passages it cites (store.passages[passage_id]).")
-    dangling = EvidenceStore(passages=dict(store.passages), findings=dict(store.findings))
-    dangling.findings["f-mill"] = Finding("f-mill", "One mill supplies all board.", ("tallis-fy2024-rf-99",))
-    try:
-        resume(run, dangling, gaps, planned)
-    except Exception as error:
-        if "f-mill" in str(error) and "tallis-fy2024-rf-99" in str(error):
-            return None
-        return (f"not quite: the error for a dangling citation should name the finding 'f-mill' and the passage "
-                f"'tallis-fy2024-rf-99'; it said: {error}")
-    return ("not quite: finding 'f-mill' cites 'tallis-fy2024-rf-99', which is not in the store, and no error "
-            "was raised. Hint: check every citation before building the context (store.check_references()).")

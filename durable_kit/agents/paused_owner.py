@@ -27,6 +27,7 @@ from pathlib import Path
 from ..faults import arm
 from ..fakes.payments import payments_path
 from ..journal import Journal
+from ..store import DB_NOW
 from .refunds import STRATEGIES
 
 WORKFLOW_ID = "refund-A-1001"
@@ -82,7 +83,17 @@ def _journal_refusal(journal: Journal) -> str:
     return next((name for name in ("stale_write_refused", "outbox_answer_dropped") if name in events), "")
 
 
-def pause_before_payment(folder: str | Path, strategy: str, lease_seconds: float = 1.0) -> dict:
+def _lease_expired(journal: Journal) -> bool:
+    """True once no live lease holds the workflow, by the database's clock (the clock a successor reads).
+
+    The outbox's dispatcher sends under no lease: a workflow waiting for its delivery holds none.
+    """
+    row = journal.conn.execute(f"SELECT COALESCE(lease_expires_at < {DB_NOW}, 1) FROM workflows WHERE id = ?",
+                               (WORKFLOW_ID,)).fetchone()
+    return bool(row[0])
+
+
+def pause_before_payment(folder: str | Path, strategy: str, lease_seconds: float = 2.0) -> dict:
     """Pause worker A just before it pays, let B take over after A's lease expires, resume A; return the counts.
 
     Keys: ``strategy``, ``payment_calls`` and ``refunds_at_destination``
@@ -97,7 +108,7 @@ def pause_before_payment(folder: str | Path, strategy: str, lease_seconds: float
     db = Path(folder) / f"paused-{strategy}.db"
     journal = Journal(db)
     journal.start("refund", {"order_id": "A-1001", "strategy": strategy}, WORKFLOW_ID)
-    arm(journal.conn, PAUSE_POINT, "delay", 3.0)  # a moment at the payment, long enough to stop A there
+    arm(journal.conn, PAUSE_POINT, "delay", 6.0)  # a moment at the payment, long enough to stop A there
     owner = _worker(db, lease_seconds)
     stopped = False
     try:
@@ -105,7 +116,7 @@ def pause_before_payment(folder: str | Path, strategy: str, lease_seconds: float
         owner.send_signal(signal.SIGSTOP)
         stopped = True
         owner_token = journal.workflow(WORKFLOW_ID)["fencing_token"]  # A's token (the outbox sends under none)
-        time.sleep(lease_seconds + 0.3)  # A's lease expires while it is stopped
+        _wait_for(lambda: _lease_expired(journal), 120, "worker A's lease to expire while it is stopped")
         successor = _worker(db, lease_seconds)
         successor_log, successor_errors = successor.communicate(timeout=120)
         if successor.returncode != 0:
@@ -134,6 +145,6 @@ def pause_before_payment(folder: str | Path, strategy: str, lease_seconds: float
     return row
 
 
-def pause_matrix(folder: str | Path, strategies=STRATEGIES, lease_seconds: float = 1.0) -> list[dict]:
+def pause_matrix(folder: str | Path, strategies=STRATEGIES, lease_seconds: float = 2.0) -> list[dict]:
     """``pause_before_payment`` for each strategy, one after another (each pause is timed by a lease)."""
     return [pause_before_payment(folder, strategy, lease_seconds) for strategy in strategies]

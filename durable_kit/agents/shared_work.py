@@ -25,11 +25,20 @@ from ..ledger import Ledger, ledger_path
 
 @workflow("shared_work", inputs={"steps": int})
 def shared_work(wf: Workflow) -> dict:
-    """``steps`` steps, each recorded as it starts and then ``seconds`` long."""
+    """``steps`` steps, each recorded as it starts and then ``seconds`` long.
+
+    With ``gate`` in the input (a folder), each step waits after it starts until
+    ``open_gate`` opened it, so a demo can hold a step until other processes
+    reach a given point, however slow the machine.
+    """
     ledger = ledger_beside(wf.db_path)
 
     def work(number: int) -> dict:
         ledger.record("activity", f"work:{number}", wf.id)
+        if wf.input.get("gate"):  # a held step waits for the notebook to open it: an event, not a time
+            opened = Path(wf.input["gate"]) / f"{wf.id}-work-{number}"
+            while not opened.exists():
+                time.sleep(0.02)
         time.sleep(wf.input["seconds"])
         return {"step": number}
 
@@ -56,13 +65,66 @@ def ledger_beside(db_path: str | Path) -> Ledger:
     return _LEDGERS[path][1]
 
 
-def start_work(db: str | Path, workflows: int, steps: int, seconds: float) -> list[str]:
-    """Start ``workflows`` shared_work workflows (ids w001, w002, ...); return their ids."""
+def start_work(db: str | Path, workflows: int, steps: int, seconds: float, held: tuple[str, ...] = ()) -> list[str]:
+    """Start ``workflows`` shared_work workflows (ids w001, w002, ...); return their ids.
+
+    The steps of the workflows named in ``held`` wait until ``open_gate`` opens them.
+    """
     journal = Journal(db)
-    ids = [journal.start("shared_work", {"steps": steps, "seconds": seconds}, f"w{n:03d}")
+    gate = {"gate": str(gate_folder(db))}
+    ids = [journal.start("shared_work", {"steps": steps, "seconds": seconds,
+                                         **(gate if f"w{n:03d}" in held else {})}, f"w{n:03d}")
            for n in range(1, workflows + 1)]
     journal.close()
     return ids
+
+
+def gate_folder(db: str | Path) -> Path:
+    """Where the held steps of the workflows in ``db`` look for their opened gates."""
+    folder = Path(db).with_suffix(".gates")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def open_gate(db: str | Path, workflow_id: str, *steps: int) -> None:
+    """Let the held steps ``steps`` of ``workflow_id`` go on, in every process that runs them."""
+    for number in steps:
+        (gate_folder(db) / f"{workflow_id}-work-{number}").touch()
+
+
+def step_starts(db: str | Path, workflow_id: str, step: str) -> int:
+    """How many times ``step`` of ``workflow_id`` has started, in any process (from the ledger)."""
+    ledger = Ledger.beside(db)
+    count = sum(1 for c in ledger.calls("activity") if (c["workflow_id"], c["operation"]) == (workflow_id, step))
+    ledger.close()
+    return count
+
+
+def race(db: str | Path, *options: str, workflows: int = 3, on_start: Callable[[], None] | None = None
+         ) -> dict[str, tuple[int, int, str, str]]:
+    """Worker A starts on ``workflows`` workflows (three steps of 0.6 s); worker B starts once A runs a step.
+
+    w001 is held: without leases (``--no-leases`` in ``options``) each of its
+    steps goes on only once both workers have started it, so both run every
+    step of it on any machine; with leases, once B has started a step of its own.
+    ``on_start`` is called once the workflows exist, before the workers start.
+    Returns, per worker ("A", "B"): its pid, exit code, stdout and stderr.
+    """
+    start_work(db, workflows=workflows, steps=3, seconds=0.6, held=("w001",))
+    if on_start:
+        on_start()
+    a = popen_worker(db, "--until-idle", *options)
+    wait_until(lambda: activity_runs(db)[0] >= 1, what="worker A's first step")
+    b = popen_worker(db, "--until-idle", *options)
+    if "--no-leases" in options:
+        for number in (1, 2, 3):
+            wait_until(lambda: step_starts(db, "w001", f"work:{number}") >= 2, what=f"both workers in work:{number}")
+            open_gate(db, "w001", number)
+    else:
+        wait_until(lambda: activity_runs(db)[0] >= 2, what="worker B's first step")
+        open_gate(db, "w001", 1, 2, 3)
+    logs = {label: worker.communicate(timeout=120) for label, worker in (("A", a), ("B", b))}
+    return {label: (worker.pid, worker.returncode, *logs[label]) for label, worker in (("A", a), ("B", b))}
 
 
 def popen_worker(db: str | Path, *options: str) -> subprocess.Popen:
@@ -198,3 +260,36 @@ def contention(folder: str | Path, workers: int, workflows: int = 200, steps: in
     return {"workers": workers, "workflows": workflows, "steps": workflows * steps, "complete": all_complete(db),
             "steps_per_second": round(runs / elapsed, 1), "duplicate_runs": duplicates,
             "busy_errors": busy, "failed_workers": failed}
+
+
+def executions(db: str | Path, who: dict[int, str]):
+    """Per step: how often it started (the ledger), in which processes (``who``: pid to name), and whether the
+    journal stored an output. A pandas DataFrame (pandas is imported here only, not by the workflow)."""
+    import pandas as pd
+
+    runs: dict[str, list[str]] = {}
+    ledger, journal = Ledger.beside(db), Journal(db)
+    for call in ledger.calls("activity"):
+        runs.setdefault(f"{call['workflow_id']}/{call['operation']}", []).append(who.get(call["pid"], "?"))
+    stored = {row["step"]: row["stored"] for row in journal.conn.execute(
+        "SELECT workflow_id || '/' || name AS step, status = 'complete' AS stored FROM steps")}
+    ledger.close()
+    journal.close()
+    return pd.DataFrame([{"step": step, "executions": len(by), "by": ", ".join(sorted(by)),
+                          "stored": stored.get(step, 0)} for step, by in sorted(runs.items())])
+
+
+def history(db: str | Path, who: dict[int, str], workflow_id: str = "w001"):
+    """The workflow's history, each event with the process that wrote it (owner names, which hold a host name
+    and a pid, left out). A pandas DataFrame."""
+    import re
+
+    import pandas as pd
+
+    journal = Journal(db)
+    table = pd.DataFrame(journal.history(workflow_id))
+    journal.close()
+    table["by"] = table["pid"].map(lambda pid: who.get(pid, "notebook"))
+    table["detail"] = table["detail"].fillna("").map(lambda text: re.sub(r"by token (\d+) \([^)]*\)",
+                                                                         r"by token \1", text))
+    return table[["seq", "by", "step", "event", "detail"]].fillna("")

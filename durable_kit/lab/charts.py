@@ -82,9 +82,11 @@ def calls_vs_artifacts(labels: Sequence[str], calls: Sequence[int], needed: Sequ
                        missing: Sequence[int] | None = None, missing_label: str = "needed, never done") -> None:
     """Per label: calls made (needed part grey, repeated part red) beside what was kept (blue).
 
-    ``missing`` (one count per label) adds a third, orange bar: what was
-    needed and never done, such as a lost notification; where it is zero for
-    every label, a note says so instead.
+    A call that was needed and never made is drawn orange in the calls bar.
+    What was kept beyond the needed count is a duplicate: blue counts only up
+    to ``needed``, and the rest of the kept bar is red. ``missing`` (one count
+    per label) adds a third, orange bar: what was needed and never done, such
+    as a lost notification; where it is zero for every label, a note says so.
 
     ``groups`` (one name per label) separates the bars into groups with a gap
     and names each group once above its bars. ``ymax`` fixes the top of the
@@ -99,6 +101,9 @@ def calls_vs_artifacts(labels: Sequence[str], calls: Sequence[int], needed: Sequ
                          f"{len(needed)} needed, {len(stored)} stored, {len(missing or stored)} missing")
     first = [min(c, n) for c, n in zip(calls, needed)]
     repeated = [c - f for c, f in zip(calls, first)]
+    never = [n - f for n, f in zip(needed, first)]
+    kept = [min(s, n) for s, n in zip(stored, needed)]
+    kept_twice = [s - k for s, k in zip(stored, kept)]
     xs = _positions(labels, groups)
     third = bool(missing) and any(missing)
     width = 0.27 if third else 0.4
@@ -108,14 +113,18 @@ def calls_vs_artifacts(labels: Sequence[str], calls: Sequence[int], needed: Sequ
         fig, ax = plt.subplots(figsize=(min(16.0, 0.75 * (xs[-1] + 1 if xs else 1) + 5.5), 6.2 if crowded else 5.2))
         notes = []
         series = [(first, NEEDED, f"{calls_label}, needed once", None),
-                  (repeated, REPEATED, f"{calls_label}, repeated", first)]
+                  (repeated, REPEATED, f"{calls_label}, repeated", first),
+                  (never, MISSING, f"{calls_label}, needed and never made", first)]
         for values, colour, label, bottom in series:
             if any(values):
                 ax.bar([x + left for x in xs], values, width, bottom=bottom, color=colour, label=label)
             elif label.endswith("repeated"):
                 notes.append(f"no {calls_label} repeated")
         if any(stored):
-            ax.bar([x + right for x in xs], stored, width, color=KEPT, label=stored_label)
+            ax.bar([x + right for x in xs], kept, width, color=KEPT, label=stored_label)
+            if any(kept_twice):
+                ax.bar([x + right for x in xs], kept_twice, width, bottom=kept, color=REPEATED,
+                       label=f"{stored_label}, duplicates", hatch="//", edgecolor="white")
         else:
             notes.append(f"{stored_label}: 0 everywhere")
         if third:
@@ -139,6 +148,22 @@ def calls_vs_artifacts(labels: Sequence[str], calls: Sequence[int], needed: Sequ
                     fontsize=12, style="italic")
         ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
         fig.tight_layout(rect=(0, 0.04 if notes else 0, 1, 1))
+        plt.show()
+
+
+def repeated_bars(labels: Sequence[str], values: Sequence[int], title: str, ylabel: str,
+                  xlabel: str | None = None, label: str = "paid again") -> None:
+    """One red bar per label: how much work repeated there (for example tokens a crash paid twice)."""
+    with projector():
+        fig, ax = plt.subplots(figsize=(min(16.0, 0.75 * len(labels) + 5.5), 5.2))
+        ax.bar(list(labels), list(values), color=REPEATED, label=label)
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylabel(ylabel)
+        if xlabel:
+            ax.set_xlabel(xlabel)
+        ax.set_title(title)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+        fig.tight_layout()
         plt.show()
 
 

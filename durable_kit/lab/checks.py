@@ -472,3 +472,216 @@ def check_approval_rule(rule: Callable[[dict], Any]) -> None:
                            f"{first['by']!r}", "")
     return _report(None, "approves at 0.9 and above, leaves the rest to a person, and reads only the request "
                          "and constants")
+# --- notebook 08: rebuild the next input from saved state ----------------------------------------
+
+RESUME_KEYS = ("request", "source_scope", "findings", "unresolved_gaps", "planned_searches", "user_input")
+# Dana's answer, a phrase that appears in no passage, finding, gap or plan of the check's store, so a context
+# that drops `user_input` cannot pass by quoting a passage that happens to hold the same words.
+RESUME_ANSWER = "Dana: compare the FY2025 filings only"
+
+
+def resume_example():
+    """(run, store, gaps, planned_searches): the saved state check_resume_context rebuilds from (notebook 08)."""
+    from ..agents.loop import fixture_passage
+    from ..memory import EvidenceStore
+
+    store = EvidenceStore()
+    for passage_id in ("northwind-fy2025-rf-07", "tallis-fy2025-rf-04"):
+        store.add_passage(fixture_passage(passage_id))
+    store.add_finding({"id": "f-share", "claim": "One supplier: 38% of spend.", "cites": ["northwind-fy2025-rf-07"],
+                       "gap": "northwind", "turn": 3})
+    store.add_finding({"id": "f-risk", "claim": "Its interruption could halt assembly.",
+                       "cites": ["northwind-fy2025-rf-07"], "gap": "northwind", "turn": 4})
+    run = {"request": "Compare supplier concentration.", "source_scope": {"companies": ["northwind", "tallis"]},
+           "user_input": [RESUME_ANSWER]}
+    return run, store, {"tallis": "how Tallis describes it"}, [{"query": "carton board", "period": "FY2025"}]
+
+
+def check_resume_context(resume: Callable) -> None:
+    """Run ``resume(run, store, gaps, planned_searches)`` on saved state; print pass or what is wrong.
+
+    It must return a dict with exactly the keys of ``RESUME_KEYS``, each
+    value copied from saved state (the findings as ``finding.to_dict()`` plus
+    ``"evidence"``, the cited passages' ``to_dict()``), and raise an error
+    naming the finding and the passage when a citation is not in the store.
+    """
+    _report(_resume_problem(resume), "the next input holds the saved state and nothing else, and a dangling "
+                                     "citation is refused by name")
+
+
+def _resume_problem(resume: Callable) -> str | None:
+    from ..memory import EvidenceStore, Finding
+
+    run, store, gaps, planned = resume_example()
+    try:
+        context = resume(json.loads(json.dumps(run)), store, dict(gaps), list(planned))
+    except NotImplementedError:
+        return f"{NOT_YET} my_resume_context still raises NotImplementedError; write it, then run this cell again"
+    except Exception as error:
+        return f"{NOT_QUITE} it raised {type(error).__name__}: {error} on a store whose citations all resolve"
+    if not isinstance(context, dict):
+        return f"{NOT_QUITE} return a dict, not {type(context).__name__}"
+    extra = sorted(set(context) - set(RESUME_KEYS))
+    if extra:
+        return (f"{NOT_QUITE} the context holds {extra}, which is not saved state. Hint: a resumed model sees "
+                "only what the journal kept; an unfinished provider response was never kept")
+    missing = [key for key in RESUME_KEYS if key not in context]
+    if missing:
+        return (f"{NOT_QUITE} the context lacks {missing}. Hint: each of the six keys carries one part of what "
+                "is known; a resumed model knows nothing you leave out (the user's answer included)")
+    expected = {"request": run["request"], "source_scope": run["source_scope"], "unresolved_gaps": gaps,
+                "planned_searches": planned, "user_input": run["user_input"]}
+    for key, value in expected.items():
+        if json.loads(json.dumps(context[key], default=str)) != value:
+            return (f"{NOT_QUITE} context[{key!r}] is {context[key]!r}; saved state holds {value!r}. Hint: copy "
+                    "it from the saved state as it is; add nothing, drop nothing")
+    findings = context["findings"]
+    ids = [f.get("id") for f in findings] if isinstance(findings, list) and all(
+        isinstance(f, dict) for f in findings) else None
+    if ids is None:
+        return f"{NOT_QUITE} context['findings'] should be a list of dicts, one per finding; got {findings!r}"
+    if sorted(ids) != sorted(store.findings):
+        return (f"{NOT_QUITE} the findings are {ids}, the store holds {sorted(store.findings)}. Hint: a finding "
+                "has its own id; two findings that cite one passage are two findings")
+    for finding in findings:
+        cited = [store.passages[p].to_dict() for p in store.findings[finding["id"]].cites]
+        if finding.get("evidence") != cited or finding.get("claim") != store.findings[finding["id"]].claim:
+            return (f"{NOT_QUITE} finding {finding['id']!r} should be finding.to_dict() plus 'evidence': the "
+                    f"passages it cites, each passage.to_dict(); it is {finding!r}. Hint: a claim without its "
+                    "passage is a conclusion the model cannot inspect")
+    dangling = EvidenceStore(passages=dict(store.passages), findings=dict(store.findings))
+    dangling.findings["f-mill"] = Finding("f-mill", "One mill supplies all board.", ("tallis-fy2024-rf-99",))
+    try:
+        resume(json.loads(json.dumps(run)), dangling, dict(gaps), list(planned))
+    except Exception as error:
+        if "f-mill" in str(error) and "tallis-fy2024-rf-99" in str(error):
+            return None
+        return (f"{NOT_QUITE} the error for a dangling citation should name the finding 'f-mill' and the passage "
+                f"'tallis-fy2024-rf-99'; it said: {error}")
+    return (f"{NOT_QUITE} finding 'f-mill' cites 'tallis-fy2024-rf-99', which is not in the store, and no error "
+            "was raised. Hint: look up every citation before you build anything; one that does not resolve stops "
+            "the resume")
+
+
+# --- notebook 05: a notification sent once -------------------------------------------------------
+
+NOTIFY_MESSAGE = {"to": "r.okafor@example.com", "message": "Your refund R-0001 is on its way."}
+_notify_runs = 0
+
+
+def run_notify_exercise(notify: Callable) -> dict:
+    """Run ``notify(wf, message)`` in a one-step workflow ``notify-1``, stop its first attempt right after the
+    send (the fault ``after_activity:notify`` with ``fail``), replay, and count at the notifier."""
+    from ..fakes.notifier import Notifier
+    from ..faults import InjectedFailure, arm
+    from ..journal import run_workflow, workflow
+
+    global _notify_runs
+    _notify_runs += 1
+    kind = f"notify_exercise:{_notify_runs}"
+
+    @workflow(kind)
+    def notify_exercise(wf):
+        return notify(wf, dict(NOTIFY_MESSAGE))
+
+    path = Path(tempfile.mkdtemp(prefix="notify-")) / "notify.db"
+    journal = Journal(path)
+    journal.start(kind, {}, "notify-1")
+    arm(journal.conn, "after_activity:notify", "fail")  # the send happens; its output is never stored
+    try:
+        run_workflow(journal, "notify-1")
+    except InjectedFailure:
+        pass
+    run_workflow(journal, "notify-1")
+    notifier = Notifier.beside(path)
+    steps = journal.steps("notify-1")
+    counts = {"attempts": next((s["attempts"] for s in steps if s["name"] == "notify"), 0),
+              "requests": notifier.request_count(), "delivery keys": [d["key"] for d in notifier.deliveries()]}
+    journal.close()
+    return counts
+
+
+def check_notify(notify: Callable) -> None:
+    """Run ``notify`` as ``run_notify_exercise`` does; print pass, or what is wrong and a hint."""
+    try:
+        counts = run_notify_exercise(notify)
+    except NotImplementedError:
+        return _report(f"{NOT_YET} my_notify still raises NotImplementedError: write its body, then run its cell "
+                       "again", "")
+    except Exception as error:
+        return _report(f"{NOT_QUITE} your function raised {type(error).__name__}: {error}", "")
+    keys = counts["delivery keys"]
+    if counts["attempts"] != 2:
+        return _report(f"{NOT_QUITE} the notify step ran {counts['attempts']} time(s), not 2. Hint: send inside "
+                       "one wf.execute_step named 'notify', so the replay repeats exactly that step", "")
+    if len(keys) > 1 and None not in keys and len(set(keys)) == len(keys):
+        return _report(f"{NOT_QUITE} each attempt sent a new key ({keys}), so the notifier saw {len(keys)} "
+                       "different messages. Hint: a key names what the workflow does, never the attempt", "")
+    if len(keys) != 1:
+        return _report(f"{NOT_QUITE} {counts['requests']} requests reached the notifier and the customer got "
+                       f"{len(keys)} messages. Hint: it takes both halves: a key, and a notifier that deduplicates "
+                       "by it", "")
+    if keys[0] != "notify-1:notify":
+        return _report(f"{NOT_QUITE} the key was {keys[0]!r}. Hint: make it from the workflow and the action, "
+                       "so two workflows never share one", "")
+    return _report(None, f"{counts['requests']} requests, 1 delivery, key 'notify-1:notify'")
+
+
+# --- notebook 06: fence a write -----------------------------------------------------------------------
+
+def run_fenced_write(save: Callable) -> dict:
+    """worker-a's lease on ``w001`` is superseded by worker-b's; both call ``save``. What each write did."""
+    from ..leases import LeaseLost, grant
+
+    journal = Journal(Path(tempfile.mkdtemp(prefix="fence-")) / "fence.db")
+    journal.start("shared_work", {"steps": 1, "seconds": 0}, "w001")
+    old = grant(journal.conn, "w001", "worker-a", seconds=30)
+    new = grant(journal.conn, "w001", "worker-b", seconds=30, only_if_due=False)  # a takeover: token + 1
+    try:
+        save(journal.conn, old, "work:1", {"by": "worker-a"})
+        stale = "stored"
+    except LeaseLost:
+        stale = "refused"
+    stale_changed = journal.steps("w001") != []
+    outcome = {"tokens": (old.token, new.token), "stale write": stale, "stale write changed steps": stale_changed,
+               "current output": None, "token read inside the write's transaction": False}
+    if stale_changed:  # the stale write took the step's place: the current owner's write cannot be tried
+        return outcome
+    statements: list[str] = []
+    journal.conn.set_trace_callback(statements.append)  # every SQL statement the next call runs
+    save(journal.conn, new, "work:1", {"by": "worker-b"})
+    journal.conn.set_trace_callback(None)
+    steps = journal.steps("w001")
+    inside = statements[statements.index("BEGIN IMMEDIATE"):] if "BEGIN IMMEDIATE" in statements else []
+    inside = inside[:inside.index("COMMIT")] if "COMMIT" in inside else inside
+    return {**outcome, "current output": steps[0]["output"] if len(steps) == 1 else None,
+            "token read inside the write's transaction": any("fencing_token" in s for s in inside)}
+
+
+def check_fenced_write(save: Callable) -> None:
+    """Run ``save`` as ``run_fenced_write`` does; print pass, or what is wrong and a hint."""
+    from ..leases import LeaseLost
+
+    try:
+        outcome = run_fenced_write(save)
+    except NotImplementedError:
+        return _report(f"{NOT_YET} my_save_output still raises NotImplementedError: write its body, then run its "
+                       "cell again", "")
+    except LeaseLost as error:  # not an Exception: workflow code must not swallow it
+        return _report(f"{NOT_QUITE} the current owner's write was refused too ({error}). Hint: refuse only a "
+                       "token older than the workflow's fencing_token", "")
+    except Exception as error:
+        return _report(f"{NOT_QUITE} your function raised {type(error).__name__}: {error}", "")
+    old, new = outcome["tokens"]
+    if outcome["stale write"] == "stored":
+        return _report(f"{NOT_QUITE} worker-a wrote with token {old} after token {new} was granted to worker-b. "
+                       "Hint: a write is allowed only while its lease's token is the workflow's current one", "")
+    if outcome["stale write changed steps"]:
+        return _report(f"{NOT_QUITE} the refused write changed the steps table. Hint: check before you write, in "
+                       "one transaction", "")
+    if outcome["current output"] != {"by": "worker-b"}:
+        return _report(f"{NOT_QUITE} the current owner's write was not stored: {outcome['current output']}", "")
+    if not outcome["token read inside the write's transaction"]:
+        return _report(f"{NOT_QUITE} the token was not read inside the write's transaction: checked before BEGIN, "
+                       "the lease can pass to another owner in between", "")
+    return _report(None, f"refused token {old}; stored worker-b's output with token {new}")

@@ -13,6 +13,7 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 
 from . import INSTALL_HINT
 
@@ -89,6 +90,29 @@ def cmd_run(args) -> int:
     print(json.dumps(sorted(rows, key=lambda r: r["id"])), flush=True)
     engine.shutdown()
     os._exit(0)  # a workflow waiting for a message holds a thread; it stays pending in the database
+
+
+def cmd_loop(args) -> int:
+    from dbos import DBOS, SetWorkflowID
+
+    from . import engine, pydantic_loop
+
+    engine.arm_here(args.crash_at, args.action)
+    engine.launch(database_url(args.db), args.executor_id, serializer=None)  # its model steps return objects
+    if args.start:
+        if not args.world:
+            sys.exit(f"workflow {args.start!r}: give it --world, the file the fake services live beside")
+        with SetWorkflowID(args.start):  # starting an id that exists attaches to it; nothing runs twice
+            DBOS.start_workflow(pydantic_loop.research_agent, args.case, str(Path(args.world).resolve()),
+                                not args.plain_tools)
+        if args.answer:  # kept by DBOS until the run's ask_user receives it, in this process or a later one
+            DBOS.send(args.start, args.answer, topic=pydantic_loop.ANSWER_TOPIC)
+    settle(args.until, args.timeout)
+    rows = [{"id": w.workflow_id, "status": w.status} for w in DBOS.list_workflows()]
+    print(json.dumps(sorted(rows, key=lambda r: r["id"])), flush=True)
+    # No DBOS.destroy(): it would cancel a waiting async workflow, and DBOS would record the cancellation as
+    # the run's error. The process just ends; a waiting run stays pending in the database, as after a crash.
+    os._exit(0)
 
 
 def cmd_worker(args) -> int:
@@ -172,6 +196,21 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--exercise", help="FILE:FUNCTION, a learner's refund step for the exercise_refund workflow")
     run.add_argument("--timeout", type=float, default=60.0)
     run.set_defaults(handler=cmd_run)
+
+    loop = commands.add_parser("loop", help="the research loop as a Pydantic AI agent on DBOS: launch (recovering "
+                                            "this executor's pending runs), optionally start one, stop when idle")
+    loop.add_argument("--db", required=True, help="a SQLite file, or a postgresql:// URL")
+    loop.add_argument("--start", metavar="ID", help="start a run with this workflow id")
+    loop.add_argument("--world", help="the file the kit's fake services live beside (with --start)")
+    loop.add_argument("--answer", help="with --start: the person's answer, sent at once")
+    loop.add_argument("--case", default="three_companies", help="a case of data/loop_cases.json")
+    loop.add_argument("--plain-tools", action="store_true", help="search and read as plain functions, not steps")
+    loop.add_argument("--crash-at", help="end this process at the named point, e.g. after_activity:turn:4")
+    loop.add_argument("--action", default="exit", choices=["exit", "kill"], help="exit: os._exit(13); kill: SIGKILL")
+    loop.add_argument("--until", default="waiting", choices=["waiting", "done"])
+    loop.add_argument("--executor-id", default="local")
+    loop.add_argument("--timeout", type=float, default=60.0)
+    loop.set_defaults(handler=cmd_loop)
 
     worker = commands.add_parser("worker", help="run a queue's workflows until SIGTERM")
     worker.add_argument("--db", required=True)

@@ -95,8 +95,12 @@ def cmd_run(args) -> int:
 def cmd_loop(args) -> int:
     from dbos import DBOS, SetWorkflowID
 
-    from . import engine, pydantic_loop
+    from . import engine
 
+    try:
+        from . import pydantic_loop
+    except ImportError as missing:
+        sys.exit(str(missing))
     engine.arm_here(args.crash_at, args.action)
     engine.launch(database_url(args.db), args.executor_id, serializer=None)  # its model steps return objects
     if args.start:
@@ -121,7 +125,10 @@ def cmd_worker(args) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     engine.arm_here(args.crash_at, args.action)
-    engine.launch(database_url(args.db), args.executor_id, {args.queue: args.concurrency})
+    if args.agent == "pydantic":
+        from . import pydantic_loop  # noqa: F401  (registers the research agent's workflow before launch)
+    engine.launch(database_url(args.db), args.executor_id, {args.queue: args.concurrency},
+                  serializer="json" if args.agent == "port" else None)
     print(f"ready {args.executor_id}", flush=True)
     stop.wait()
     engine.shutdown()
@@ -219,6 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--concurrency", type=int, default=1, help="workflows this process runs at once")
     worker.add_argument("--crash-at", help="end this process at the named point")
     worker.add_argument("--action", default="kill", choices=["exit", "kill"])
+    worker.add_argument("--agent", default="port", choices=["port", "pydantic"],
+                        help="port: the ported agents (JSON); pydantic: the research loop as a Pydantic AI agent")
     worker.set_defaults(handler=cmd_worker)
 
     send = commands.add_parser("send", help="send a message (an approval, an answer) to a workflow")

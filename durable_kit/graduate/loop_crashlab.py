@@ -159,3 +159,34 @@ def paired_rows(rows: list[dict]) -> list[dict]:
     return [{"boundary": r["boundary"], **{label: f"{shown(r, 'kit', key)} / {shown(r, 'framework', key)}"
                                            for key, label in labels.items()},
              "same answer": f"{shown(r, 'kit', 'answer')} / {shown(r, 'framework', 'answer')}"} for r in rows]
+
+
+# --- Beyond one machine: the agent on PostgreSQL, two DBOS workers, one SIGKILLed mid-run ---
+
+def loop_two_workers(url: str, folder: str | Path, runs: int = 4) -> dict:
+    """``runs`` research runs queued on PostgreSQL; worker-1 is SIGKILLed inside a model request of its first run.
+
+    Each run's answer is sent as it is queued. worker-2 drains the queue;
+    the killed worker's run waits, pending, until worker-1 restarts with its
+    executor id (``crashlab.kill_one_of_two``). Counted at the destinations,
+    summed over the runs: a clean run makes 8 model calls and 4 source calls.
+    """
+    from dbos import EnqueueOptions
+
+    from .crashlab import kill_one_of_two
+
+    world = str(prepared(folder) / "pg-loop-world.db")
+    ids = [f"pg-loop-{i}" for i in range(runs)]
+
+    def enqueue(dbos_client) -> None:
+        for workflow_id in ids:
+            options = EnqueueOptions(workflow_name="research_agent", queue_name="research", workflow_id=workflow_id)
+            dbos_client.enqueue(options, CASE, world, True)
+            dbos_client.send(workflow_id, ANSWER, topic="answer")  # kept until the run's ask_user receives it
+
+    run = kill_one_of_two(url, enqueue, "after_activity:turn:4", "--agent", "pydantic", "--queue", "research")
+    final = run.pop("final")
+    counts = [destination_counts(world, workflow_id) for workflow_id in ids]
+    return {"runs": runs, **run, "lost": runs - len(final),
+            **{key: sum(c[key] for c in counts) for key in ("model_calls", "source_calls")},
+            "deliveries": counts[0]["deliveries"], "send_requests": counts[0]["send_requests"]}  # one notifier

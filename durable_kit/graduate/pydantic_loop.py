@@ -44,7 +44,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from dbos import DBOS
-from pydantic_ai import Agent, RunContext, ToolOutput
+
+from . import FRAMEWORK_MISSING
+
+try:
+    from pydantic_ai import Agent, RunContext, ToolOutput
+except ImportError:  # the [graduate] extra brings it
+    raise ImportError(FRAMEWORK_MISSING) from None
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.durable_exec.dbos import DBOSDurability
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolCallPart, ToolReturnPart

@@ -1,4 +1,4 @@
-"""The research loop as a Pydantic AI agent on DBOS, killed at every boundary beside the kit's loop, in real processes.
+"""The research loop on Pydantic AI and on the OpenAI Agents SDK, both on DBOS, killed at every boundary beside the kit's loop.
 
 One module-scoped run of the crash table serves every count below. These
 tests need the ``[graduate]`` extra (the README's test command installs it);
@@ -47,10 +47,11 @@ def test_both_repeat_the_same_work_at_each_boundary(table, boundary):
     row = table[boundary]
     kit_exit, framework_exit, changed = EXPECTED[boundary]
     assert (row["kit_exit_code"], row["framework_exit_code"]) == (kit_exit, framework_exit), row
-    for side in ("kit", "framework"):
+    assert row["openai_exit_code"] == framework_exit, row
+    for side in ("kit", "framework", "openai"):
         assert {key: row[f"{side}_{key}"] for key in CLEAN} == {**CLEAN, **changed}, (side, row)
         assert row[f"{side}_answer"] is True, (side, row)
-    assert row["kit_status"] == "complete" and row["framework_status"] == "SUCCESS", row
+    assert (row["kit_status"], row["framework_status"], row["openai_status"]) == ("complete", "SUCCESS", "SUCCESS")
 
 
 def test_tools_left_undecorated_run_again_on_recovery(table):
@@ -59,14 +60,14 @@ def test_tools_left_undecorated_run_again_on_recovery(table):
     # the model request of turn 4 repeats once; the search and the three reads before it all run again
     assert {key: row[f"framework_{key}"] for key in CLEAN} == {**CLEAN, "model_calls": 9, "source_calls": 8}
     assert row["framework_answer"] is True
-    assert "kit_model_calls" not in row
+    assert "kit_model_calls" not in row and "openai_model_calls" not in row
 
 
-def test_paired_rows_read_kit_then_framework(table):
+def test_paired_rows_read_kit_then_pydantic_ai_then_openai_agents(table):
     shown = {r["boundary"]: r for r in paired_rows(list(table.values()))}
-    assert shown["inside the send (delivered, not recorded)"]["send requests"] == "2 / 2"
-    assert shown["while waiting for the person's answer"]["exit code"] == "- / -9"
-    assert shown[PLAIN_TOOLS]["tool calls (search, read)"] == "- / 8"
+    assert shown["inside the send (delivered, not recorded)"]["send requests"] == "2 / 2 / 2"
+    assert shown["while waiting for the person's answer"]["exit code"] == "- / -9 / -9"
+    assert shown[PLAIN_TOOLS]["tool calls (search, read)"] == "- / 8 / -"
 
 
 def test_postgres_two_workers_one_killed_mid_run(tmp_path):
@@ -96,9 +97,11 @@ def test_without_the_framework_the_command_says_what_to_install_in_one_line(tmp_
     assert not (tmp_path / "x.sqlite").exists()
 
 
-def test_importing_the_agent_without_the_framework_raises_the_same_line():
-    child = run_python("-c", "import sys; sys.modules['pydantic_ai'] = None\n"
-                             "try:\n    import durable_kit.graduate.pydantic_loop\n"
+@pytest.mark.parametrize("hidden, module, framework", [("pydantic_ai", "pydantic_loop", "Pydantic AI"),
+                                                      ("dbos_openai_agents", "openai_loop", "the OpenAI Agents SDK")])
+def test_importing_an_agent_without_its_framework_raises_one_line(hidden, module, framework):
+    child = run_python("-c", f"import sys; sys.modules[{hidden!r}] = None\n"
+                             f"try:\n    import durable_kit.graduate.{module}\n"
                              "except ImportError as e:\n    print(e)")
     assert child.returncode == 0, child.stderr
-    assert child.stdout.strip() == FRAMEWORK_MISSING
+    assert child.stdout.strip() == FRAMEWORK_MISSING.replace("Pydantic AI", framework)

@@ -19,6 +19,8 @@ module             idea
                    side; two DBOS workers on PostgreSQL, one killed
 ``pydantic_loop``  notebook 08's research loop as a Pydantic AI agent, made
                    durable with Pydantic AI's DBOS integration
+``openai_loop``    the same loop with the OpenAI Agents SDK and DBOS's
+                   ``dbos-openai-agents`` integration
 ``kit_loop``       the kit's agent loop with the same send at the end
 ``loop_crashlab``  both killed at every boundary, counted at the destinations;
                    the agent on PostgreSQL with two workers, one killed

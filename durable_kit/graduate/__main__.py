@@ -97,8 +97,13 @@ def cmd_loop(args) -> int:
 
     from . import engine
 
+    if args.plain_tools and args.framework != "pydantic":
+        sys.exit("--plain-tools is for --framework pydantic")
     try:
-        from . import pydantic_loop
+        if args.framework == "pydantic":
+            from . import pydantic_loop as framework
+        else:
+            from . import openai_loop as framework
     except ImportError as missing:
         sys.exit(str(missing))
     engine.arm_here(args.crash_at, args.action)
@@ -106,11 +111,12 @@ def cmd_loop(args) -> int:
     if args.start:
         if not args.world:
             sys.exit(f"workflow {args.start!r}: give it --world, the file the fake services live beside")
+        inputs = (args.case, str(Path(args.world).resolve())) + ((not args.plain_tools,)
+                                                                 if args.framework == "pydantic" else ())
         with SetWorkflowID(args.start):  # starting an id that exists attaches to it; nothing runs twice
-            DBOS.start_workflow(pydantic_loop.research_agent, args.case, str(Path(args.world).resolve()),
-                                not args.plain_tools)
+            DBOS.start_workflow(framework.research_agent, *inputs)
         if args.answer:  # kept by DBOS until the run's ask_user receives it, in this process or a later one
-            DBOS.send(args.start, args.answer, topic=pydantic_loop.ANSWER_TOPIC)
+            DBOS.send(args.start, args.answer, topic=framework.ANSWER_TOPIC)
     settle(args.until, args.timeout)
     rows = [{"id": w.workflow_id, "status": w.status} for w in DBOS.list_workflows()]
     print(json.dumps(sorted(rows, key=lambda r: r["id"])), flush=True)
@@ -204,13 +210,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--timeout", type=float, default=60.0)
     run.set_defaults(handler=cmd_run)
 
-    loop = commands.add_parser("loop", help="the research loop as a Pydantic AI agent on DBOS: launch (recovering "
+    loop = commands.add_parser("loop", help="the research loop as a framework agent on DBOS: launch (recovering "
                                             "this executor's pending runs), optionally start one, stop when idle")
     loop.add_argument("--db", required=True, help="a SQLite file, or a postgresql:// URL")
     loop.add_argument("--start", metavar="ID", help="start a run with this workflow id")
     loop.add_argument("--world", help="the file the kit's fake services live beside (with --start)")
     loop.add_argument("--answer", help="with --start: the person's answer, sent at once")
     loop.add_argument("--case", default="three_companies", help="a case of data/loop_cases.json")
+    loop.add_argument("--framework", default="pydantic", choices=["pydantic", "openai"],
+                      help="pydantic: Pydantic AI with DBOSDurability; openai: the OpenAI Agents SDK with DBOSRunner")
     loop.add_argument("--plain-tools", action="store_true", help="search and read as plain functions, not steps")
     loop.add_argument("--crash-at", help="end this process at the named point, e.g. after_activity:turn:4")
     loop.add_argument("--action", default="exit", choices=["exit", "kill"], help="exit: os._exit(13); kill: SIGKILL")

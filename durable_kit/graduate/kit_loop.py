@@ -9,12 +9,45 @@ needs no DBOS.
 """
 from __future__ import annotations
 
-from ..agents.loop import agent_loop
+from ..agents.loop import LoopState, agent_loop, load_case
 from ..effects import effect_key, send_guarded
 from ..fakes.notifier import Notifier
+from ..fakes.scripted import ScriptedModel
 from ..journal import Workflow, workflow
 
 REQUESTER = "analyst@example.com"
+
+
+def state_from_calls(case_name: str, calls: list[tuple[str, dict, object]]) -> LoopState:
+    """The kit's loop state folded from the tool calls a framework's history holds: ``(tool, args, result)``, in order.
+
+    One call per turn, as the script makes them; ``args`` may carry the
+    ``gap`` the model worked on. A framework agent rebuilds its state this
+    way on every replay, from recorded model responses and tool outputs.
+    """
+    state = LoopState(load_case(case_name))
+    for turn, (tool, args, result) in enumerate(calls, start=1):
+        args = dict(args)
+        gap = args.pop("gap", "")
+        state.apply(turn, {"tool": tool, "args": args, "gap": gap}, result)
+    return state
+
+
+TOOLS_WITH_GAP = ("note_finding", "ask_user")
+
+
+def scripted_call(case_name: str, world: str, workflow_id: str, state: LoopState, turn: int) -> tuple[str, dict]:
+    """One model call of the kit's script on ``state``, billed in the ledger beside ``world``: ``(tool, args)``.
+
+    For ``note_finding`` and ``ask_user`` the args carry the ``gap`` the
+    model works on, so a history of tool calls is enough to rebuild the state.
+    """
+    decision = ScriptedModel(load_case(case_name)["rules"], world, workflow_id).decide(state.model_input(turn))
+    action = decision["action"]
+    args = dict(action.get("args", {}))
+    if action["tool"] in TOOLS_WITH_GAP:
+        args["gap"] = action.get("gap", "")
+    return action["tool"], args
 
 
 def answer_text(answer: dict) -> str:

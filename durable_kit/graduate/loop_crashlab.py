@@ -1,11 +1,13 @@
-"""The research loop killed at every boundary, on the kit and as a Pydantic AI agent on DBOS, counted at the destinations.
+"""The research loop killed at every boundary: on the kit, and as a framework agent on DBOS, counted at the destinations.
 
 Each cell is real processes: a child that ends by ``os._exit(13)`` or SIGKILL
 at a named point, then new processes that recover the run. The kit's side is
 ``research_loop_send`` (``kit_loop``) run by ``python -m durable_kit worker``;
-the framework's is ``research_agent`` (``pydantic_loop``) run by ``python -m
-durable_kit.graduate loop``. Both use the same script, the same filings, the
-same call ledger and the same notifier, so the counts mean the same thing:
+the frameworks' are the Pydantic AI agent (``pydantic_loop``, columns
+``framework_*``) and the OpenAI Agents SDK agent (``openai_loop``, columns
+``openai_*``), each run by ``python -m durable_kit.graduate loop``. All use
+the same script, filings, call ledger and notifier, so the counts mean the
+same thing:
 
 * ``model_calls``: answered model calls in the ledger (a clean run makes 8);
 * ``source_calls``: searches and passage reads that reached the filing source (4);
@@ -94,32 +96,40 @@ def framework_status(url: str, workflow_id: str = WORKFLOW_ID) -> str:
         dbos_client.destroy()
 
 
-def framework_cell(folder: Path, index: int, point: str | None, action: str, plain_tools: bool = False) -> dict:
-    """The Pydantic AI agent started (the answer sent at once) in a child killed at ``point``; one restart."""
-    base = folder / f"pydantic-loop-{index}"
+def framework_cell(folder: Path, index: int, point: str | None, action: str, plain_tools: bool = False,
+                   framework: str = "pydantic") -> dict:
+    """A framework's agent started (the answer sent at once) in a child killed at ``point``; one restart.
+
+    ``framework`` is ``pydantic`` (Pydantic AI) or ``openai`` (the OpenAI Agents SDK), both on DBOS.
+    """
+    base = folder / f"{framework}{'-plain' if plain_tools else ''}-loop-{index}"
     url, world = sqlite_url(base.with_suffix(".dbos.sqlite")), base.with_suffix(".db")
-    start = ["loop", "--db", url, "--start", WORKFLOW_ID, "--world", str(world), "--answer", ANSWER, "--case", CASE,
-             "--until", "done"]
+    start = ["loop", "--framework", framework, "--db", url, "--start", WORKFLOW_ID, "--world", str(world),
+             "--answer", ANSWER, "--case", CASE, "--until", "done"]
     if plain_tools:
         start.append("--plain-tools")
     if point:
         start += ["--crash-at", point, "--action", action]
     first = child("durable_kit.graduate", *start)
-    checked(child("durable_kit.graduate", "loop", "--db", url, "--until", "done"), f"the restart after {point}")
+    checked(child("durable_kit.graduate", "loop", "--framework", framework, "--db", url, "--until", "done"),
+            f"the {framework} restart after {point}")
     return {"exit_code": first.returncode if point else None, "workers": 2,
             "status": framework_status(url), **destination_counts(world)}
 
 
 def loop_crash_table(folder: str | Path, labels=tuple(BOUNDARIES), plain_tools_row: bool = True,
-                     parallel: int = 4) -> list[dict]:
-    """One row per boundary: the kit's and the framework's exit code and counts, side by side.
+                     openai: bool = True, parallel: int = 4) -> list[dict]:
+    """One row per boundary: the kit's, Pydantic AI's (``framework_``) and the OpenAI Agents SDK's counts.
 
     ``answer`` says whether each side delivered the text of the kit's clean
-    run (the first row when ``no crash`` is among ``labels``).
+    run (the first row when ``no crash`` is among ``labels``). The last row,
+    with ``plain_tools_row``, is Pydantic AI with search and read left as
+    plain functions.
     """
     folder = prepared(folder)
-    cells = [("kit", i, label, BOUNDARIES[label][0]) for i, label in enumerate(labels)]
-    cells += [("framework", i, label, BOUNDARIES[label][1]) for i, label in enumerate(labels)]
+    sides = ("kit", "framework", "openai") if openai else ("kit", "framework")
+    cells = [(side, i, label, BOUNDARIES[label][0 if side == "kit" else 1])
+             for side in sides for i, label in enumerate(labels)]
     if plain_tools_row:
         cells.append(("plain", len(labels), PLAIN_TOOLS, "after_activity:turn:4"))
 
@@ -128,7 +138,8 @@ def loop_crash_table(folder: str | Path, labels=tuple(BOUNDARIES), plain_tools_r
         action = BOUNDARIES.get(label, (None, None, "exit"))[2]
         if side == "kit":
             return kit_cell(folder, index, point, action)
-        return framework_cell(folder, index, point, action, plain_tools=side == "plain")
+        return framework_cell(folder, index, point, action, plain_tools=side == "plain",
+                              framework="openai" if side == "openai" else "pydantic")
 
     with ThreadPoolExecutor(max_workers=parallel) as pool:  # each cell is its own processes and files
         results = dict(zip(((c[0], c[2]) for c in cells), pool.map(run, cells)))
@@ -136,29 +147,29 @@ def loop_crash_table(folder: str | Path, labels=tuple(BOUNDARIES), plain_tools_r
     rows = []
     for label in list(labels) + ([PLAIN_TOOLS] if plain_tools_row else []):
         row = {"boundary": label}
-        for side, name in (("kit", "kit"), ("framework", "framework"), ("plain", "framework")):
+        for side, name in (("kit", "kit"), ("framework", "framework"), ("plain", "framework"), ("openai", "openai")):
             if (side, label) in results:
                 result = results[(side, label)]
                 row.update({f"{name}_{key}": result[key] for key in ("exit_code", "status", *COUNTS)})
                 row[f"{name}_answer"] = clean is not None and result["delivered_text"] == clean
-        for name in ("kit", "framework"):
+        for name in sides:
             row.setdefault(f"{name}_exit_code", None)
         rows.append(row)
     return rows
 
 
 def paired_rows(rows: list[dict]) -> list[dict]:
-    """The table for reading: each count as ``"kit / framework"`` (``-`` where a side has no such cell)."""
+    """The table for reading: each count as ``"kit / Pydantic AI / OpenAI Agents"`` (``-``: no such cell)."""
     labels = {"exit_code": "exit code", "model_calls": "model calls", "source_calls": "tool calls (search, read)",
-              "deliveries": "answers delivered", "send_requests": "send requests"}
+              "deliveries": "answers delivered", "send_requests": "send requests", "answer": "same answer"}
+    sides = [side for side in ("kit", "framework", "openai") if any(f"{side}_status" in r for r in rows)]
 
     def shown(row: dict, side: str, key: str) -> str:
         value = row.get(f"{side}_{key}", "-")
         return "-" if value is None else str(value)
 
-    return [{"boundary": r["boundary"], **{label: f"{shown(r, 'kit', key)} / {shown(r, 'framework', key)}"
-                                           for key, label in labels.items()},
-             "same answer": f"{shown(r, 'kit', 'answer')} / {shown(r, 'framework', 'answer')}"} for r in rows]
+    return [{"boundary": r["boundary"], **{label: " / ".join(shown(r, side, key) for side in sides)
+                                           for key, label in labels.items()}} for r in rows]
 
 
 # --- Beyond one machine: the agent on PostgreSQL, two DBOS workers, one SIGKILLed mid-run ---

@@ -58,17 +58,12 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from ..agents.loop import LoopState, _source_call, final_answer, fixture_passage, load_case, search_filings
 from ..agents.loop import note_finding as kit_note_finding
-from ..effects import effect_key
-from ..fakes.notifier import Notifier
-from ..fakes.scripted import SCRIPTED_MODEL, ScriptedModel
-from .kit_loop import REQUESTER, answer_text
+from ..fakes.scripted import SCRIPTED_MODEL
+from .kit_loop import scripted_call, state_from_calls
+from .loop_dbos import ANSWER_TOPIC, ask_person, send_answer  # noqa: F401  (ANSWER_TOPIC: for the command line)
 from .points import boundary
 
 CASE = "three_companies"  # the loop case with a question to the user
-ANSWER_TOPIC = "answer"
-WAITING_EVENT = "waiting_for"  # the same event the port sets while it waits (``agents.WAITING_EVENT``)
-WAIT_SECONDS = 7 * 24 * 3600
-TOOLS_WITH_GAP = ("note_finding", "ask_user")
 
 # The running workflow's inputs, for the model function (a FunctionModel sees messages, not deps).
 _RUN: ContextVar[dict] = ContextVar("research_agent_run")
@@ -87,37 +82,23 @@ def turns_so_far(messages: list[ModelMessage]) -> int:
     return sum(isinstance(m, ModelResponse) for m in messages)
 
 
-def rebuild(case: dict, messages: list[ModelMessage]) -> tuple[LoopState, int]:
-    """The kit's loop state folded from the message history: every tool call that has a result, turn by turn."""
-    state = LoopState(case)
+def rebuild(case: str, messages: list[ModelMessage]) -> tuple[LoopState, int]:
+    """The kit's loop state folded from the message history (every tool call with a result), and the last turn."""
     results = {part.tool_call_id: part.content for m in messages if isinstance(m, ModelRequest)
                for part in m.parts if isinstance(part, ToolReturnPart)}
-    turn = 0
-    for message in messages:
-        if not isinstance(message, ModelResponse):
-            continue
-        turn += 1
-        for part in message.parts:
-            if isinstance(part, ToolCallPart) and part.tool_call_id in results and part.tool_name != "finish":
-                args = dict(part.args_as_dict())
-                gap = args.pop("gap", "")
-                state.apply(turn, {"tool": part.tool_name, "args": args, "gap": gap}, results[part.tool_call_id])
-    return state, turn
+    calls = [(part.tool_name, part.args_as_dict(), results[part.tool_call_id])
+             for m in messages if isinstance(m, ModelResponse) for part in m.parts
+             if isinstance(part, ToolCallPart) and part.tool_call_id in results and part.tool_name != "finish"]
+    return state_from_calls(case, calls), turns_so_far(messages)
 
 
 def decide(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     """One model request: the scripted model's next action for the state rebuilt from ``messages``."""
     run = _RUN.get()
-    case = load_case(run["case"])
-    state, turn = rebuild(case, messages)
-    turn += 1
-    decision = ScriptedModel(case["rules"], run["world"], DBOS.workflow_id).decide(state.model_input(turn))
-    boundary(f"after_activity:turn:{turn}")  # the model answered; DBOS has not recorded the response yet
-    action = decision["action"]
-    args = dict(action.get("args", {}))
-    if action["tool"] in TOOLS_WITH_GAP:
-        args["gap"] = action.get("gap", "")
-    return ModelResponse(parts=[ToolCallPart(action["tool"], args, tool_call_id=f"turn-{turn}")],
+    state, turn = rebuild(run["case"], messages)
+    tool, args = scripted_call(run["case"], run["world"], DBOS.workflow_id, state, turn + 1)
+    boundary(f"after_activity:turn:{turn + 1}")  # the model answered; DBOS has not recorded the response yet
+    return ModelResponse(parts=[ToolCallPart(tool, args, tool_call_id=f"turn-{turn + 1}")],
                          model_name=SCRIPTED_MODEL)
 
 
@@ -166,25 +147,19 @@ async def read(ctx: RunContext[Deps], passages: list[str]) -> dict:
 async def note_finding(ctx: RunContext[Deps], id: str, claim: str, cites: list[str], company: str = "",
                        period: str = "", gap: str = "") -> dict:
     """Keep a finding that cites passages already read; a citation not read is refused, by name."""
-    state, turn = rebuild(load_case(ctx.deps.case), ctx.messages)
+    state, turn = rebuild(ctx.deps.case, ctx.messages)
     args = {"id": id, "company": company, "period": period, "claim": claim, "cites": cites}
     return kit_note_finding(state.store, turn, {"args": args, "gap": gap})
 
 
 async def ask_user(ctx: RunContext[Deps], question: str, gap: str = "") -> str:
     """Ask the person a question and wait for the answer (``DBOS.recv``, in workflow code)."""
-    await DBOS.set_event_async(WAITING_EVENT, {"name": "ask_user", "question": question})
-    boundary("waiting:ask_user")
-    reply = await DBOS.recv_async(ANSWER_TOPIC, timeout_seconds=WAIT_SECONDS)
-    if reply is None:
-        raise TimeoutError(f"workflow {DBOS.workflow_id!r}: nobody answered {question!r} within {WAIT_SECONDS} s")
-    await DBOS.set_event_async(WAITING_EVENT, None)
-    return reply
+    return await ask_person(question)
 
 
 async def finish(ctx: RunContext[Deps], summary: str = "") -> dict:
     """The answer: a summary, every finding with its citations, and the cited passages themselves."""
-    state, _ = rebuild(load_case(ctx.deps.case), ctx.messages)
+    state, _ = rebuild(ctx.deps.case, ctx.messages)
     return final_answer(state, summary)
 
 
@@ -198,18 +173,6 @@ AGENT = make_agent("research_loop", [search, read, note_finding, ask_user])
 # The same agent with search and read left as plain functions, as a tool is unless we decorate it.
 PLAIN_TOOLS_AGENT = make_agent("research_loop_plain", [inspect.unwrap(search), inspect.unwrap(read), note_finding,
                                                        ask_user])
-
-
-@DBOS.step(name="send_answer")
-async def send_answer(world: str, answer: dict) -> dict:
-    """Send the answer to the requester under the key of this workflow's send: one delivery, however many tries."""
-    notifier = Notifier.beside(world, dedupe=True)
-    try:
-        delivery = notifier.send(REQUESTER, answer_text(answer), effect_key(DBOS.workflow_id, "send_answer"))
-        boundary("after_send:send_answer")
-        return delivery
-    finally:
-        notifier.close()
 
 
 @DBOS.workflow(name="research_agent")

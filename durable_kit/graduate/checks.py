@@ -21,8 +21,8 @@ from ..fakes.payments import Payments
 from .crashlab import child
 from .engine import sqlite_url, step_rows, workflow_rows
 
-HINT = ("Hint: the key must be the same in every attempt of one workflow's refund and differ between two "
-        "workflows: build it from DBOS.workflow_id and the action's name, and pass it to refund(order_id, amount, key).")
+HINT = ("Hint: which values stay the same in every attempt of one workflow's refund, yet differ between two "
+        "workflows? DBOS.workflow_id is one; add the action's name, and pass the key to refund(order_id, amount, key).")
 
 
 def load_function(path: str | Path, name: str) -> Callable:
@@ -88,11 +88,11 @@ def verdict_for(step: Callable) -> str:
                 f"{run['errors']}. {HINT}")
     count = len(run["refunds"])
     if count > 2:
-        return (f"not yet: {count} refunds for 2 workflows: the crashed one was paid again after recovery. "
-                f"The key must be the same in every attempt. {HINT}")
+        return (f"not yet: {count} refunds for 2 workflows: the crashed one was paid again after recovery, so its "
+                f"key changed between attempts (or there was none). {HINT}")
     if count < 2:
-        return (f"not yet: {count} refund for 2 workflows: the second was taken for a repeat of the first. "
-                f"The key must name the workflow, not only the action. {HINT}")
+        return (f"not yet: {count} refund for 2 workflows: the second was taken for a repeat of the first, so "
+                f"both used one key. {HINT}")
     if run["steps_recorded"] != 2:
         return ("not yet: the payment paid once per workflow, but DBOS recorded no receipt for it: "
                 "decorate the function with @DBOS.step() so a recovery replays its output instead of paying again.")

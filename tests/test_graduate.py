@@ -124,14 +124,18 @@ def write(path: Path, body: str) -> Path:
     return path
 
 
-def test_exercise_check_fails_a_key_per_attempt_and_passes_the_workflow_key(tmp_path):
+def test_exercise_check_fails_no_key_and_a_constant_key_and_passes_the_workflow_key(tmp_path):
     unkeyed = write(tmp_path / "unkeyed.py", "@DBOS.step()\ndef pay_unkeyed(world, order_id, amount):\n"
                                              "    return Payments.beside(world).refund(order_id, amount, None)\n")
     keyed = write(tmp_path / "keyed.py", "@DBOS.step()\ndef pay_keyed(world, order_id, amount):\n"
                                          "    return Payments.beside(world).refund(order_id, amount, "
                                          "f'{DBOS.workflow_id}:refund')\n")
+    constant = write(tmp_path / "constant.py", "@DBOS.step()\ndef pay_constant(world, order_id, amount):\n"
+                                               "    return Payments.beside(world).refund(order_id, amount, 'refund')\n")
     assert verdict_for(load_function(unkeyed, "pay_unkeyed")).startswith("not yet: 3 refunds for 2 workflows")
-    assert verdict_for(load_function(keyed, "pay_keyed")).startswith("PASS: 2 workflows, 3 calls")
+    said = verdict_for(load_function(constant, "pay_constant"))  # one key for every workflow: the second is lost
+    assert said.startswith("not yet: 1 refund for 2 workflows") and "Hint:" in said and "DBOS.workflow_id" in said
+    assert verdict_for(load_function(keyed, "pay_keyed")).startswith("pass: 2 workflows, 3 calls")
 
 
 def test_bench_prints_ratios():

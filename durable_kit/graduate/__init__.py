@@ -17,6 +17,14 @@ module             idea
                    ``pgserver`` wheel, or a message saying why none started
 ``crashlab``       the kit's crash experiments against both engines, side by
                    side; two DBOS workers on PostgreSQL, one killed
+``pydantic_loop``  notebook 08's research loop as a Pydantic AI agent, made
+                   durable with Pydantic AI's DBOS integration
+``openai_loop``    the same loop with the OpenAI Agents SDK and DBOS's
+                   ``dbos-openai-agents`` integration
+``kit_loop``       the kit's agent loop with the same send at the end
+``loop_crashlab``  both killed at every boundary, counted at the destinations;
+                   the agent on PostgreSQL with two workers, one killed
+``points``         the named crash points the child processes fire
 ``bench``          the cost of a step on both engines against raw SQLite
 ``checks``         the notebook's exercise: port one step and its key
 =================  ============================================================
@@ -24,6 +32,8 @@ module             idea
 from __future__ import annotations
 
 INSTALL_HINT = 'python -m pip install -e ".[graduate]"'
+FRAMEWORK_MISSING = ("the research agent of notebook 10 needs Pydantic AI with its DBOS integration, which is not "
+                     f"installed: {INSTALL_HINT}")
 
 
 def require_dbos() -> str:

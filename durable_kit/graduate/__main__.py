@@ -13,6 +13,7 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 
 from . import INSTALL_HINT
 
@@ -91,13 +92,49 @@ def cmd_run(args) -> int:
     os._exit(0)  # a workflow waiting for a message holds a thread; it stays pending in the database
 
 
+def cmd_loop(args) -> int:
+    from dbos import DBOS, SetWorkflowID
+
+    from . import engine
+
+    if args.plain_tools and args.framework != "pydantic":
+        sys.exit("--plain-tools is for --framework pydantic")
+    try:
+        if args.framework == "pydantic":
+            from . import pydantic_loop as framework
+        else:
+            from . import openai_loop as framework
+    except ImportError as missing:
+        sys.exit(str(missing))
+    engine.arm_here(args.crash_at, args.action)
+    engine.launch(database_url(args.db), args.executor_id, serializer=None)  # its model steps return objects
+    if args.start:
+        if not args.world:
+            sys.exit(f"workflow {args.start!r}: give it --world, the file the fake services live beside")
+        inputs = (args.case, str(Path(args.world).resolve())) + ((not args.plain_tools,)
+                                                                 if args.framework == "pydantic" else ())
+        with SetWorkflowID(args.start):  # starting an id that exists attaches to it; nothing runs twice
+            DBOS.start_workflow(framework.research_agent, *inputs)
+        if args.answer:  # kept by DBOS until the run's ask_user receives it, in this process or a later one
+            DBOS.send(args.start, args.answer, topic=framework.ANSWER_TOPIC)
+    settle(args.until, args.timeout)
+    rows = [{"id": w.workflow_id, "status": w.status} for w in DBOS.list_workflows()]
+    print(json.dumps(sorted(rows, key=lambda r: r["id"])), flush=True)
+    # No DBOS.destroy(): it would cancel a waiting async workflow, and DBOS would record the cancellation as
+    # the run's error. The process just ends; a waiting run stays pending in the database, as after a crash.
+    os._exit(0)
+
+
 def cmd_worker(args) -> int:
     from . import engine
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     engine.arm_here(args.crash_at, args.action)
-    engine.launch(database_url(args.db), args.executor_id, {args.queue: args.concurrency})
+    if args.agent == "pydantic":
+        from . import pydantic_loop  # noqa: F401  (registers the research agent's workflow before launch)
+    engine.launch(database_url(args.db), args.executor_id, {args.queue: args.concurrency},
+                  serializer="json" if args.agent == "port" else None)
     print(f"ready {args.executor_id}", flush=True)
     stop.wait()
     engine.shutdown()
@@ -173,6 +210,23 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--timeout", type=float, default=60.0)
     run.set_defaults(handler=cmd_run)
 
+    loop = commands.add_parser("loop", help="the research loop as a framework agent on DBOS: launch (recovering "
+                                            "this executor's pending runs), optionally start one, stop when idle")
+    loop.add_argument("--db", required=True, help="a SQLite file, or a postgresql:// URL")
+    loop.add_argument("--start", metavar="ID", help="start a run with this workflow id")
+    loop.add_argument("--world", help="the file the kit's fake services live beside (with --start)")
+    loop.add_argument("--answer", help="with --start: the person's answer, sent at once")
+    loop.add_argument("--case", default="three_companies", help="a case of data/loop_cases.json")
+    loop.add_argument("--framework", default="pydantic", choices=["pydantic", "openai"],
+                      help="pydantic: Pydantic AI with DBOSDurability; openai: the OpenAI Agents SDK with DBOSRunner")
+    loop.add_argument("--plain-tools", action="store_true", help="search and read as plain functions, not steps")
+    loop.add_argument("--crash-at", help="end this process at the named point, e.g. after_activity:turn:4")
+    loop.add_argument("--action", default="exit", choices=["exit", "kill"], help="exit: os._exit(13); kill: SIGKILL")
+    loop.add_argument("--until", default="waiting", choices=["waiting", "done"])
+    loop.add_argument("--executor-id", default="local")
+    loop.add_argument("--timeout", type=float, default=60.0)
+    loop.set_defaults(handler=cmd_loop)
+
     worker = commands.add_parser("worker", help="run a queue's workflows until SIGTERM")
     worker.add_argument("--db", required=True)
     worker.add_argument("--executor-id", required=True, help="unique per process; a restart reuses it")
@@ -180,6 +234,8 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--concurrency", type=int, default=1, help="workflows this process runs at once")
     worker.add_argument("--crash-at", help="end this process at the named point")
     worker.add_argument("--action", default="kill", choices=["exit", "kill"])
+    worker.add_argument("--agent", default="port", choices=["port", "pydantic"],
+                        help="port: the ported agents (JSON); pydantic: the research loop as a Pydantic AI agent")
     worker.set_defaults(handler=cmd_worker)
 
     send = commands.add_parser("send", help="send a message (an approval, an answer) to a workflow")

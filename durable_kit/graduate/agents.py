@@ -37,7 +37,7 @@ from ..fakes.payments import Payments
 from ..fakes.sources import OrderDesk
 from ..ledger import Ledger
 from ..retries import InvalidRequest
-from .engine import boundary
+from .points import boundary
 
 PORTED_STRATEGIES = ("naive", "destination_key", "reconciliation")
 NOT_PORTED = {

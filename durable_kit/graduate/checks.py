@@ -21,8 +21,8 @@ from ..fakes.payments import Payments
 from .crashlab import child
 from .engine import sqlite_url, step_rows, workflow_rows
 
-HINT = ("hint: make the key from what stays the same in every attempt of this one action: "
-        "f\"{DBOS.workflow_id}:refund\", and pass it as the third argument of payments.refund")
+HINT = ("Hint: which values stay the same in every attempt of one workflow's refund, yet differ between two "
+        "workflows? DBOS.workflow_id is one; add the action's name, and pass the key to refund(order_id, amount, key).")
 
 
 def load_function(path: str | Path, name: str) -> Callable:
@@ -73,7 +73,7 @@ def check_pay_refund(step: Callable) -> None:
 
 
 def verdict_for(step: Callable) -> str:
-    """PASS, or what went wrong and a hint; never raises."""
+    """``pass: ...``, or what went wrong and a hint; never raises."""
     if not callable(step):
         return f"not yet: expected a function, got {type(step).__name__}. Define my_pay_refund in the file."
     with tempfile.TemporaryDirectory() as tmp:
@@ -88,13 +88,13 @@ def verdict_for(step: Callable) -> str:
                 f"{run['errors']}. {HINT}")
     count = len(run["refunds"])
     if count > 2:
-        return (f"not yet: {count} refunds for 2 workflows: the crashed one was paid again after recovery. "
-                f"The key must be the same in every attempt. {HINT}")
+        return (f"not yet: {count} refunds for 2 workflows: the crashed one was paid again after recovery, so its "
+                f"key changed between attempts (or there was none). {HINT}")
     if count < 2:
-        return (f"not yet: {count} refund for 2 workflows: the second was taken for a repeat of the first. "
-                f"The key must name the workflow, not only the action. {HINT}")
+        return (f"not yet: {count} refund for 2 workflows: the second was taken for a repeat of the first, so "
+                f"both used one key. {HINT}")
     if run["steps_recorded"] != 2:
         return ("not yet: the payment paid once per workflow, but DBOS recorded no receipt for it: "
                 "decorate the function with @DBOS.step() so a recovery replays its output instead of paying again.")
-    return (f"PASS: 2 workflows, {run['payment_calls']} calls to the payment service, 2 refunds: "
+    return (f"pass: 2 workflows, {run['payment_calls']} calls to the payment service, 2 refunds: "
             "the crashed attempt's repeat was deduplicated by its key.")

@@ -211,9 +211,10 @@ def approval_run(folder: str | Path) -> dict:
 
 # --- Beyond one machine: two DBOS workers on PostgreSQL, one killed mid-run ---
 
-def start_worker(url: str, executor_id: str, crash_at: str | None = None) -> subprocess.Popen:
+def start_worker(url: str, executor_id: str, crash_at: str | None = None, *options: str) -> subprocess.Popen:
     """Start one queue worker and wait until it has launched (its migrations done, its queue registered)."""
-    command = [sys.executable, "-m", "durable_kit.graduate", "worker", "--db", url, "--executor-id", executor_id]
+    command = [sys.executable, "-m", "durable_kit.graduate", "worker", "--db", url, "--executor-id", executor_id,
+               *options]
     if crash_at:
         command += ["--crash-at", crash_at, "--action", "kill"]
     worker = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -246,30 +247,21 @@ def stop(worker: subprocess.Popen) -> int:
         return worker.wait()
 
 
-def two_workers(url: str, folder: str | Path, workflows: int = 6) -> dict:
-    """Two workers share a queue of refunds on PostgreSQL; worker-1 is SIGKILLed after its first payment.
+def kill_one_of_two(url: str, enqueue, crash_at: str, *options: str) -> dict:
+    """Two workers on one queue; worker-1 is SIGKILLed at ``crash_at``; worker-1 restarts once worker-2 drained.
 
-    worker-1 starts first and worker-2 joins once worker-1 has taken a
-    refund: with both polling from the start, worker-2 could take all six
-    and worker-1 would never reach its crash. Then: nothing is lost, worker-2
-    drains the rest of the queue, worker-1's
-    workflow stays pending (no heartbeat tells anyone it died) until worker-1
-    restarts with the same executor id: its launch puts the workflow back on
-    DBOS's internal queue, and whichever worker polls first runs it. Each
-    refund is paid once at the destination because its key names the workflow.
+    ``enqueue(dbos_client)`` puts the work on the queue. worker-1 starts first
+    and worker-2 joins once worker-1 has taken a workflow: with both polling
+    from the start, worker-2 could take everything and worker-1 would never
+    reach its crash. Returns worker-1's exit code, the workflows left pending
+    once worker-2 had drained the queue, the final rows and the clean exits.
     """
-    from dbos import EnqueueOptions
-
-    world = str(prepared(folder) / "pg-world.db")
-    worker_1 = start_worker(url, "worker-1", crash_at="after_send:refund")
+    worker_1 = start_worker(url, "worker-1", crash_at, *options)
     worker_2 = restarted = None
     try:
-        dbos_client = client(url)
+        dbos_client = client(url, serializer="json" if "pydantic" not in options else None)
         try:
-            for i in range(workflows):
-                order_id = ("A-1001", "A-1003")[i % 2]  # both refunded without a person's approval
-                options = EnqueueOptions(workflow_name="refund", queue_name="refunds", workflow_id=f"pg-refund-{i}")
-                dbos_client.enqueue(options, order_id=order_id, strategy="destination_key", world=world)
+            enqueue(dbos_client)
         finally:
             dbos_client.destroy()
 
@@ -279,41 +271,59 @@ def two_workers(url: str, folder: str | Path, workflows: int = 6) -> dict:
             rows = workflow_rows(url)
             return rows if any(r["executor_id"] == "worker-1" and r["status"] == "PENDING" for r in rows) else None
 
-        wait_for(taken_by_worker_1, "worker-1 to take its first refund")
-        worker_2 = start_worker(url, "worker-2")
+        wait_for(taken_by_worker_1, "worker-1 to take its first workflow")
+        worker_2 = start_worker(url, "worker-2", None, *options)
         killed_exit = worker_1.wait(timeout=60)
 
         def drained() -> list[dict] | None:
             rows = workflow_rows(url)
             return rows if sum(r["status"] in ("PENDING", "ENQUEUED") for r in rows) <= 1 else None
 
-        wait_for(drained, "worker-2 to drain the queue")
+        wait_for(drained, "worker-2 to drain the queue", timeout=120)
         time.sleep(2.0)  # give anyone the chance to pick up the dead worker's workflow: nobody does
         stranded = [r for r in workflow_rows(url) if r["status"] == "PENDING"]
-        restarted = start_worker(url, "worker-1")  # the same executor id: its launch recovers its pending work
+        restarted = start_worker(url, "worker-1", None, *options)  # the same executor id recovers its pending work
 
         def all_done() -> list[dict] | None:
             rows = workflow_rows(url)
             return rows if all(r["status"] == "SUCCESS" for r in rows) else None
 
-        final = wait_for(all_done, "worker-1's restart to recover its workflow")
+        final = wait_for(all_done, "worker-1's restart to recover its workflow", timeout=120)
     finally:
         exits = [stop(w) for w in (worker_2, restarted, worker_1) if w is not None]  # worker-1 is already dead
-    payments, notifier = Payments.beside(world), Notifier.beside(world)
     stranded_ids = {r["id"] for r in stranded}
-    try:
-        return {
-            "workflows": workflows,
-            "killed_worker_exit_code": killed_exit,
-            "pending_after_drain": len(stranded),
+    return {"killed_worker_exit_code": killed_exit, "pending_after_drain": len(stranded),
             "stranded_on": sorted({r["executor_id"] for r in stranded}),
             "recovered_after_restart": sum(r["status"] == "SUCCESS" for r in final if r["id"] in stranded_ids),
-            "complete": sum(r["status"] == "SUCCESS" for r in final),
-            "lost": workflows - len(final),
-            "payment_calls": payments.request_count(),
-            "refunds_at_destination": len(payments.refunds()),
-            "notifications_delivered": notifier.count(),
-            "other_workers_stopped_cleanly": all(code == 0 for code in exits[:2]),
-        }
+            "complete": sum(r["status"] == "SUCCESS" for r in final), "final": final,
+            "other_workers_stopped_cleanly": all(code == 0 for code in exits[:2])}
+
+
+def two_workers(url: str, folder: str | Path, workflows: int = 6) -> dict:
+    """Two workers share a queue of refunds on PostgreSQL; worker-1 is SIGKILLed after its first payment.
+
+    Nothing is lost, worker-2 drains the rest of the queue, worker-1's
+    workflow stays pending (no heartbeat tells anyone it died) until worker-1
+    restarts with the same executor id: its launch puts the workflow back on
+    DBOS's internal queue, and whichever worker polls first runs it. Each
+    refund is paid once at the destination because its key names the workflow.
+    """
+    from dbos import EnqueueOptions
+
+    world = str(prepared(folder) / "pg-world.db")
+
+    def enqueue(dbos_client) -> None:
+        for i in range(workflows):
+            order_id = ("A-1001", "A-1003")[i % 2]  # both refunded without a person's approval
+            options = EnqueueOptions(workflow_name="refund", queue_name="refunds", workflow_id=f"pg-refund-{i}")
+            dbos_client.enqueue(options, order_id=order_id, strategy="destination_key", world=world)
+
+    run = kill_one_of_two(url, enqueue, "after_send:refund")
+    final = run.pop("final")
+    payments, notifier = Payments.beside(world), Notifier.beside(world)
+    try:
+        return {"workflows": workflows, **run, "lost": workflows - len(final),
+                "payment_calls": payments.request_count(), "refunds_at_destination": len(payments.refunds()),
+                "notifications_delivered": notifier.count()}
     finally:
         payments.close(), notifier.close()

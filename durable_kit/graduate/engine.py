@@ -19,41 +19,17 @@ and fired by ``boundary``: ``os._exit`` or SIGKILL, no cleanup, no flush.
 """
 from __future__ import annotations
 
-import os
-import signal
 from pathlib import Path
 from typing import Any
 
-from ..faults import CRASH_EXIT_CODE
+from .points import arm_here, boundary  # noqa: F401  (the crash points, for the child processes)
 
 APP_NAME = "durable-kit-graduate"
 APP_VERSION = "graduate-1"  # pinned: bump it only when pending workflows cannot replay on the new code
 
-# The one crash point armed in this process: (point, action), or None.
-_ARMED: dict[str, str] = {}
-
-
 def sqlite_url(path: str | Path) -> str:
     """DBOS's URL for a SQLite system database at ``path`` (made absolute, so any working directory works)."""
     return f"sqlite:///{Path(path).resolve()}"
-
-
-def arm_here(point: str | None, action: str = "exit") -> None:
-    """Arm ``point`` in this process only: the first time code reaches it, the process ends."""
-    _ARMED.clear()
-    if point:
-        if action not in ("exit", "kill"):
-            raise ValueError(f"crash action must be 'exit' or 'kill', not {action!r}")
-        _ARMED[point] = action
-
-
-def boundary(point: str) -> None:
-    """End this process here if ``point`` is armed: ``os._exit(13)`` for exit, SIGKILL for kill."""
-    action = _ARMED.get(point)
-    if action == "exit":
-        os._exit(CRASH_EXIT_CODE)
-    if action == "kill":
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def json_serializer() -> Any:
@@ -63,11 +39,15 @@ def json_serializer() -> Any:
     return DBOSPortableJSONSerializer()
 
 
-def launch(url: str, executor_id: str = "local", queues: dict[str, int] | None = None) -> None:
+def launch(url: str, executor_id: str = "local", queues: dict[str, int] | None = None,
+           serializer: Any = "json") -> None:
     """Configure DBOS on ``url``, register the agents, launch (which recovers this executor's pending workflows).
 
     ``queues`` maps a queue name to how many of its workflows this process runs
     at once; queues are registered after launch, when the database is ready.
+    ``serializer`` is ``"json"`` (the port's rule) or ``None`` for DBOS's
+    default, pickle, which the Pydantic AI integration needs: its model steps
+    return Python objects (``durable_kit.graduate.pydantic_loop``).
     """
     from dbos import DBOS
 
@@ -78,7 +58,7 @@ def launch(url: str, executor_id: str = "local", queues: dict[str, int] | None =
         "system_database_url": url,
         "application_version": APP_VERSION,
         "executor_id": executor_id,
-        "serializer": json_serializer(),
+        **({"serializer": json_serializer()} if serializer == "json" else {}),
         "log_level": "WARNING",
         "notification_listener_polling_interval_sec": 0.05,  # a sent approval is seen within 50 ms
     })
@@ -94,11 +74,15 @@ def shutdown() -> None:
     DBOS.destroy()
 
 
-def client(url: str) -> Any:
-    """A DBOSClient on ``url``: send messages, enqueue, list and resume workflows from outside any worker."""
+def client(url: str, serializer: Any = "json") -> Any:
+    """A DBOSClient on ``url``: send messages, enqueue, list and resume workflows from outside any worker.
+
+    ``serializer`` as for ``launch``: ``"json"``, or ``None`` for DBOS's default (pickle).
+    """
     from dbos import DBOSClient
 
-    return DBOSClient(system_database_url=url, serializer=json_serializer(), application_name=APP_NAME)
+    chosen = {"serializer": json_serializer()} if serializer == "json" else {}
+    return DBOSClient(system_database_url=url, application_name=APP_NAME, **chosen)
 
 
 def workflow_rows(url: str) -> list[dict]:

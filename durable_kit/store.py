@@ -393,7 +393,10 @@ class OutsideWorld:
             self.conn.close()
 
     def __del__(self) -> None:
-        self.close()
+        try:
+            self.close()
+        except sqlite3.ProgrammingError:  # dropped on another thread: the connection closes when it is freed
+            pass
 
 
 BEGIN_ATTEMPTS = 4

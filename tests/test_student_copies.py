@@ -72,22 +72,20 @@ def test_the_generator_replaces_solutions_and_clears_exercise_outputs():
 
 
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.name)
-def test_each_copy_runs_top_to_bottom_with_no_exercise_done(source):
+def test_each_copy_runs_top_to_bottom_with_no_exercise_done(source, tmp_path):
     nbformat = pytest.importorskip("nbformat")
     from nbclient import NotebookClient
 
     copy_path = COPIES / source.name
     assert copy_path.exists(), f"no learner copy of {source.name}: {REGENERATE}"
     notebook = nbformat.read(copy_path, as_version=4)
-    scratch = COPIES / "scratch"
-    made_scratch = not scratch.exists()
-    try:
-        # Run from the learner's folder, as a learner does, on this interpreter's kernel.
-        NotebookClient(notebook, timeout=600, kernel_name="python3",
-                       resources={"metadata": {"path": str(COPIES)}}).execute()
-    finally:
-        if made_scratch:
-            shutil.rmtree(scratch, ignore_errors=True)
+    # Run from a learner's folder of its own (so two copies running at once never share a scratch
+    # folder), as a learner does, on this interpreter's kernel.
+    folder = tmp_path / "notebooks" / student.STUDENT_FOLDER
+    folder.mkdir(parents=True)
+    shutil.copy(copy_path, folder / source.name)
+    NotebookClient(notebook, timeout=600, kernel_name="python3",
+                   resources={"metadata": {"path": str(folder)}}).execute()
     checks = [c for c in notebook.cells if c.cell_type == "code" and re.search(r"check_\w+\(\s*my_", c.source)]
     assert checks, f"{source.name}: no cell checks a learner's my_ answer"
     for cell in checks:

@@ -71,7 +71,7 @@ def start_work(db: str | Path, workflows: int, steps: int, seconds: float, held:
     The steps of the workflows named in ``held`` wait until ``open_gate`` opens them.
     """
     journal = Journal(db)
-    gate = {"gate": str(gate_folder(db))}
+    gate = {"gate": str(gate_folder(db))} if held else {}  # the folder only when some step is held
     ids = [journal.start("shared_work", {"steps": steps, "seconds": seconds,
                                          **(gate if f"w{n:03d}" in held else {})}, f"w{n:03d}")
            for n in range(1, workflows + 1)]

@@ -1,6 +1,7 @@
 """INSTRUCTORS.md against the committed notebooks: its minutes are the reading model's, so the guide cannot go stale."""
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -60,3 +61,95 @@ def test_the_longer_tracks_follow_from_the_same_table():
     model = minutes.table()
     totals = {row["track"]: int(row["minutes"]) for row in rows}
     assert totals == {"full day": sum(r.core_minutes for r in model), "self-paced": sum(r.minutes for r in model)}
+
+
+def numbers(text: str) -> set[int]:
+    """The section numbers of "opening, 1–4, 7" (the opening is 0)."""
+    found = set()
+    for piece in (p.strip() for p in text.split(",")):
+        if piece == "opening":
+            found.add(0)
+        elif "–" in piece:
+            first, last = piece.split("–")
+            found.update(range(int(first), int(last) + 1))
+        else:
+            found.add(int(piece))
+    return found
+
+
+def clock(text: str) -> int:
+    hours, mins = text.split(":")
+    return int(hours) * 60 + int(mins)
+
+
+def names_used_and_set(source: str) -> tuple[set[str], set[str]]:
+    """The names a code cell reads and the names it binds (IPython magics and shell lines skipped)."""
+    import ast
+    lines = [line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))]
+    tree = ast.parse("\n".join(lines))
+    used, bound = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (bound if isinstance(node.ctx, (ast.Store, ast.Del)) else used).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return used, bound
+
+
+def track_rows() -> list[dict[str, str]]:
+    (rows,) = tables(part("3-hour conference track (180 minutes)"))
+    return rows
+
+
+def test_the_3_hour_track_adds_up_by_the_reading_model():
+    rows, learner, breaks, at = track_rows(), 0, 0, 0
+    for row in rows:
+        start, end = (clock(t) for t in row["clock"].split("–"))
+        assert start == at and end - start == int(row["minutes"]), row
+        at = end
+        if row["segment"] == "break":
+            breaks += int(row["minutes"])
+            continue
+        path = next((ROOT / "notebooks").glob(row["segment"].split("`")[1] + "_*.ipynb"))
+        used = numbers(row["sections used"])
+        spent = sum(m for i, (_, _, m) in enumerate(minutes.sections(path)) if i in used)
+        if row["exercise"] == "yes":
+            spent += minutes.read(path).exercise
+        assert int(row["minutes"]) == math.ceil(spent - 1e-9), (row, spent)
+        learner += int(row["minutes"])
+    assert (learner, breaks, at) == (165, 15, 180)
+
+
+def test_the_3_hour_track_is_hands_on_for_every_part_of_the_story():
+    done = {row["segment"].split("`")[1]: row["exercise"] for row in track_rows() if row["segment"] != "break"}
+    # the crash, the journal, retries, waits, side effects, leases and the agent loop
+    assert set(done) >= {"00", "02", "03", "04", "05", "06", "08"}
+    assert [n for n in ("00", "02", "05", "06", "08") if done[n] != "yes"] == []
+
+
+def test_no_cell_of_a_3_hour_segment_needs_a_section_the_segment_skips():
+    import json
+    for row in track_rows():
+        if row["segment"] == "break":
+            continue
+        path = next((ROOT / "notebooks").glob(row["segment"].split("`")[1] + "_*.ipynb"))
+        used = numbers(row["sections used"])
+        parts = minutes.section_cells(path)
+        titles = [title for title, _ in parts]
+        assert max(used) < len(titles), (path.name, used)
+        skipped_core = [titles[i] for i in range(len(titles)) if i not in used and not titles[i].endswith("deep dive")]
+        assert all("Exercise" in t for t in skipped_core), (path.name, skipped_core)
+        bound_so_far, bound_skipped = set(), set()
+        for section, (_, part) in enumerate(parts):
+            for cell in part:
+                if cell["cell_type"] != "code" or "solution" in cell.get("metadata", {}).get("tags", []):
+                    continue
+                reads, binds = names_used_and_set("".join(cell["source"]))
+                if section in used:
+                    missing = (reads - bound_so_far) & bound_skipped
+                    assert not missing, f"{path.name} section {section} needs {sorted(missing)} from a skipped section"
+                    bound_so_far |= binds
+                else:
+                    bound_skipped |= binds - bound_so_far

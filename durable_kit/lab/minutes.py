@@ -127,12 +127,8 @@ def _round_up(minutes: float) -> int:
     return 5 * math.ceil(minutes / 5 - 1e-9)
 
 
-def sections(path: Path) -> list[tuple[str, bool, float]]:
-    """Each ``##`` section of a notebook: its heading, whether it is a deep dive, and its minutes at the model's pace.
-
-    Minutes here are before rounding and without the exercise budget, so a
-    track can add up the sections it uses.
-    """
+def section_cells(path: Path) -> list[tuple[str, list[dict]]]:
+    """Each ``##`` section of a notebook with its cells, the opening (before the first heading) first."""
     cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
     parts: list[tuple[str, list[dict]]] = [("(opening)", [])]
     for cell in cells:
@@ -140,7 +136,16 @@ def sections(path: Path) -> list[tuple[str, bool, float]]:
         if heading is not None and heading[0] <= 2 and parts[-1][1]:
             parts.append((heading[1], []))
         parts[-1][1].append(cell)
-    return [(title, title.endswith(DEEP_DIVE), reading_minutes(part) * PACE) for title, part in parts]
+    return parts
+
+
+def sections(path: Path) -> list[tuple[str, bool, float]]:
+    """Each ``##`` section of a notebook: its heading, whether it is a deep dive, and its minutes at the model's pace.
+
+    Minutes here are before rounding and without the exercise budget, so a
+    track can add up the sections it uses.
+    """
+    return [(title, title.endswith(DEEP_DIVE), reading_minutes(part) * PACE) for title, part in section_cells(path)]
 
 
 def read(path: Path) -> Reading:

@@ -145,7 +145,10 @@ def cancel(journal: "Journal", workflow_id: str, by: str, reason: str) -> dict:
     compensations. Who and why are recorded. A final workflow is refused,
     and so is a blocked one (its compensations come from code that replays
     its history, which it does not have); either way nothing changes.
-    Cancelling again keeps the first request.
+    Cancelling again keeps the first request. An outbox delivery of the
+    workflow that no dispatcher has tried is withdrawn and never sent; one
+    already tried may have reached its destination, so it stays pending and
+    is sent again with its key, and the history says so.
     """
     if not by.strip() or not reason.strip():
         raise WorkflowError(f"workflow {workflow_id!r}: say who cancels and why; nothing was changed.")
@@ -203,10 +206,16 @@ def fork(journal: "Journal", workflow_id: str, new_id: str, up_to: str, by: str,
             raise WorkflowError(f"workflow {workflow_id!r} has no completed step {up_to!r} to fork from; "
                                 f"its completed steps, in order: {done}. Nothing was changed.")
         undelivered = conn.execute(
-            "SELECT o.action, o.key FROM outbox o JOIN steps s ON s.workflow_id = o.workflow_id AND s.name = o.action"
+            "SELECT o.action, o.key, o.status FROM outbox o JOIN steps s ON s.workflow_id = o.workflow_id AND s.name = o.action"
             " WHERE o.workflow_id = ? AND s.position <= ? AND NOT EXISTS (SELECT 1 FROM waits w"
             "   WHERE w.workflow_id = o.workflow_id AND w.name = o.action || ':receipt' AND w.status = 'resolved')"
             " ORDER BY s.position LIMIT 1", (workflow_id, last["position"])).fetchone()
+        if undelivered is not None and undelivered["status"] == "withdrawn":
+            action = undelivered["action"]
+            raise WorkflowError(
+                f"workflow {workflow_id!r}: the outbox delivery of step {action!r} (key {undelivered['key']}) was "
+                f"withdrawn by its cancellation and will never be sent. Fork up to a step before {action!r} (the fork "
+                f"then sends its own). Nothing was changed.")
         if undelivered is not None:
             action = undelivered["action"]
             raise WorkflowError(

@@ -15,6 +15,8 @@ strategy and state its guarantee:
   intent commits with the step that decided it; a dispatcher sends it with its
   key and then marks it sent. A crash between the send and the mark sends it
   again, so the destination must deduplicate: at-least-once calls, one effect.
+  A cancellation withdraws a delivery no dispatcher has tried; one already
+  tried may have reached its destination, so it stays pending and is sent.
 * **Reconciliation** (``reconcile_then_send``): before sending, ask the
   destination whether the effect already happened. One effect, if the
   destination can answer and nobody else acts on the same thing between the

@@ -588,7 +588,11 @@ class Workflow:
         durable step ``compensate:<step>``: a completed one is reused, so a
         replay after a crash or a retry continues where the last stopped. One
         that keeps failing pauses the workflow there (``_compensation_failed``)
-        and no older one runs before it succeeds.
+        and no older one runs before it succeeds. In the commit that ends it
+        *cancelled*, each outbox delivery of the workflow that no dispatcher
+        has tried is withdrawn and never sent; one already tried may have
+        reached its destination, so it stays pending and is sent again with
+        its key, and the history says so.
         """
         if self._cancelling:
             return
@@ -607,8 +611,19 @@ class Workflow:
             self._write_reused()
             self.conn.execute("UPDATE workflows SET status = 'cancelled', error = ?, next_run_at = NULL,"
                               " updated_at = ? WHERE id = ?", (redact(reason), now(), self.id))
-            self.journal._event(self.id, None, "workflow_cancelled",
-                                reason + (f"; compensated {', '.join(undone)}" if undone else "; nothing to undo"))
+            said = reason + (f"; compensated {', '.join(undone)}" if undone else "; nothing to undo")
+            # Outbox deliveries not sent yet: one no dispatcher has tried is withdrawn, so it is never sent;
+            # one already tried may have reached its destination, so it stays pending (at least once, its key).
+            withdrawn = [r["action"] for r in self.conn.execute(
+                "UPDATE outbox SET status = 'withdrawn' WHERE workflow_id = ? AND status = 'pending'"
+                " AND attempts = 0 RETURNING action", (self.id,))]
+            tried = [r["action"] for r in self.conn.execute(
+                "SELECT action FROM outbox WHERE workflow_id = ? AND status = 'pending' ORDER BY action", (self.id,))]
+            if withdrawn:
+                said += f"; withdrew the undelivered {', '.join(sorted(withdrawn))}"
+            if tried:
+                said += f"; already tried, so it may still arrive: {', '.join(tried)}"
+            self.journal._event(self.id, None, "workflow_cancelled", said)
         raise Ended(f"workflow {self.id!r}: {reason}")
 
     def execute_parallel(self, branches: dict[str, Callable[[], Any]],

@@ -21,7 +21,7 @@ from urllib.parse import quote
 from .errors import SettingError
 from .redact import Unredactable, redact, redact_value, secrets_in_json
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 SYNCHRONOUS_LEVELS = ("OFF", "NORMAL", "FULL", "EXTRA")
 
 
@@ -125,7 +125,7 @@ CREATE TABLE IF NOT EXISTS outbox (
     action      TEXT NOT NULL,
     destination TEXT NOT NULL,  -- a sender registered with effects.destination
     payload     TEXT NOT NULL,  -- JSON
-    status      TEXT NOT NULL CHECK (status = 'pending' OR status = 'sent'),
+    status      TEXT NOT NULL CHECK (status = 'pending' OR status = 'sent' OR status = 'withdrawn'),  -- withdrawn: by a cancellation, never tried
     result      TEXT,  -- JSON: the destination's answer
     attempts    INTEGER NOT NULL DEFAULT 0,
     created_at  REAL NOT NULL,

@@ -321,6 +321,40 @@ def test_dispatch_sends_with_the_key_marks_sent_saves_the_receipt_and_wakes_the_
     assert len(recorder.calls) == 1
 
 
+def test_a_cancellation_withdraws_a_delivery_no_dispatcher_has_tried(db, kinds, recorder):
+    journal = Journal(db)
+    journal.start(outbox_kind(kinds, recorder.name), {}, "o1")
+    assert run_workflow(journal, "o1") is None  # enqueued; the workflow waits for its receipt
+    journal.cancel("o1", "Dana", "wrong customer")
+    run_workflow(journal, "o1")
+    assert journal.workflow("o1")["status"] == "cancelled"
+    assert outbox(db) == [("o1:notify", "notify", "withdrawn", 0, 0)]
+    assert dispatch_outbox(journal) == 0
+    assert recorder.calls == []  # never sent
+    before = dump(db)
+    with pytest.raises(Exception, match="'notify' .* was withdrawn by its cancellation and will never be sent"):
+        journal.fork("o1", "o2", up_to="notify", by="Dana")
+    assert dump(db) == before
+    [cancelled] = [e for e in journal.history("o1") if e["event"] == "workflow_cancelled"]
+    assert "withdrew the undelivered notify" in cancelled["detail"]
+
+
+def test_a_cancellation_leaves_a_delivery_already_tried_to_arrive_and_says_so(db, kinds, recorder):
+    recorder.failures = 1  # the first send fails: it may or may not have reached the destination
+    journal = Journal(db)
+    journal.start(outbox_kind(kinds, recorder.name), {}, "o1")
+    run_workflow(journal, "o1")
+    assert dispatch_outbox(journal, lambda line: None) == 0
+    assert outbox(db) == [("o1:notify", "notify", "pending", 1, 0)]
+    journal.cancel("o1", "Dana", "wrong customer")
+    run_workflow(journal, "o1")
+    [cancelled] = [e for e in journal.history("o1") if e["event"] == "workflow_cancelled"]
+    assert "already tried, so it may still arrive: notify" in cancelled["detail"]
+    assert dispatch_outbox(journal) == 1  # at least once, with its key: the destination deduplicates
+    assert len(recorder.calls) == 2 and outbox(db)[0][2] == "sent"
+    assert journal.workflow("o1")["status"] == "cancelled"  # the late receipt does not wake it
+
+
 def test_run_due_dispatches_the_outbox_before_it_runs_workflows(db, kinds, recorder):
     journal = Journal(db)
     journal.start(outbox_kind(kinds, recorder.name), {}, "o1")

@@ -373,6 +373,8 @@ class KitModel(RuleBasedStateMachine):
                 else:
                     paid = sum(1 for r in refunds if r["key"] is None and r["order_id"] == expect["order"])
                 assert paid <= 1, f"{workflow_id} ({expect['strategy']}): {paid} refunds at the payment service"
+                withdrawn = snap["outbox"].get(key(workflow_id, "refund"), {}).get("status") == "withdrawn"
+                assert not (withdrawn and paid), f"{workflow_id}: its refund was withdrawn, yet {paid} was paid"
                 if status == "complete":  # a fork past the refund reuses its original's receipt
                     assert paid + ("refund" in expect["copied"]) == 1, (
                         f"{workflow_id} ({expect['strategy']}) complete with {paid} refunds under its key")

@@ -201,11 +201,35 @@ class World:
         problems = []
         for path in [self.db, *sorted(self.folder.glob("journal.*.db"))]:
             if path.exists():
-                with connect_ro(path) as conn:
-                    result = [r[0] for r in conn.execute("PRAGMA integrity_check")]
-                if result != ["ok"]:
+                result = self.checked(path)
+                if result is not None and result != ["ok"]:
                     problems.append(f"{path.name}: {result}")
         return problems
+
+    def checked(self, path: Path, seconds: float = 5.0) -> list[str] | None:
+        """``PRAGMA integrity_check`` of one file; None if a stopped process keeps it unreadable for now.
+
+        A file a process is still creating, or one a stopped process holds
+        mid-write, may refuse a read-only connection for a moment: try again
+        for ``seconds``. Past that, with every process running, the refusal
+        is itself the finding; with one stopped, the check at the end of the
+        sequence (every process continued) reads the file again.
+        """
+        deadline = time.monotonic() + seconds
+        while True:
+            conn = connect_ro(path)
+            try:
+                return [r[0] for r in conn.execute("PRAGMA integrity_check")]
+            except sqlite3.OperationalError as error:
+                if time.monotonic() < deadline:
+                    time.sleep(0.2)
+                    continue
+                if any(proc.paused for proc in self.procs):
+                    self.totals.notes.append(f"{path.name} unreadable while a process was stopped: {error}")
+                    return None
+                return [f"unreadable: {error}"]
+            finally:
+                conn.close()
 
     def destination_rows(self, name: str, table: str) -> list[dict]:
         """Every row of one table of the destination ``journal.<name>.db`` (none if it was never used)."""

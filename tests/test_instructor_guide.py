@@ -153,3 +153,21 @@ def test_no_cell_of_a_3_hour_segment_needs_a_section_the_segment_skips():
                     bound_so_far |= binds
                 else:
                     bound_skipped |= binds - bound_so_far
+
+
+def test_the_run_sheet_follows_the_track_and_quotes_cells_that_exist():
+    import json
+    sheet = part("Run-sheet for the 3-hour track")
+    segments = re.findall(r"^#### (\S+) · (\d\d) ", sheet, flags=re.M)
+    track = [(row["clock"], row["segment"].split("`")[1]) for row in track_rows() if row["segment"] != "break"]
+    assert segments == track
+    for block in re.split(r"^#### ", sheet, flags=re.M)[1:]:
+        number = block.split(" · ")[1][:2]
+        path = next((ROOT / "notebooks").glob(f"{number}_*.ipynb"))
+        code = "\n".join("".join(c["source"]) for c in json.loads(path.read_text(encoding="utf-8"))["cells"]
+                         if c["cell_type"] == "code")
+        for row in tables(block)[0]:
+            for quoted in re.findall(r"`([^`]+)`", row["do"]):
+                if quoted.startswith("python -m"):
+                    continue
+                assert quoted.rstrip(". ") in code, f"{path.name}: the run-sheet quotes {quoted!r}, no cell has it"

@@ -206,18 +206,18 @@ def fork(journal: "Journal", workflow_id: str, new_id: str, up_to: str, by: str,
             raise WorkflowError(f"workflow {workflow_id!r} has no completed step {up_to!r} to fork from; "
                                 f"its completed steps, in order: {done}. Nothing was changed.")
         undelivered = conn.execute(
-            "SELECT o.action, o.key, o.status FROM outbox o JOIN steps s ON s.workflow_id = o.workflow_id AND s.name = o.action"
+            "SELECT o.action, o.key, o.status FROM outbox o"
+            " JOIN steps s ON s.workflow_id = o.workflow_id AND s.name = o.action"
             " WHERE o.workflow_id = ? AND s.position <= ? AND NOT EXISTS (SELECT 1 FROM waits w"
             "   WHERE w.workflow_id = o.workflow_id AND w.name = o.action || ':receipt' AND w.status = 'resolved')"
             " ORDER BY s.position LIMIT 1", (workflow_id, last["position"])).fetchone()
-        if undelivered is not None and undelivered["status"] == "withdrawn":
-            action = undelivered["action"]
-            raise WorkflowError(
-                f"workflow {workflow_id!r}: the outbox delivery of step {action!r} (key {undelivered['key']}) was "
-                f"withdrawn by its cancellation and will never be sent. Fork up to a step before {action!r} (the fork "
-                f"then sends its own). Nothing was changed.")
         if undelivered is not None:
             action = undelivered["action"]
+            if undelivered["status"] == "withdrawn":
+                raise WorkflowError(
+                    f"workflow {workflow_id!r}: the outbox delivery of step {action!r} (key {undelivered['key']}) was "
+                    f"withdrawn by its cancellation and will never be sent. Fork up to a step before {action!r} (the "
+                    f"fork then sends its own). Nothing was changed.")
             raise WorkflowError(
                 f"workflow {workflow_id!r}: the outbox delivery of step {action!r} (key {undelivered['key']}) is not "
                 f"sent yet, so a fork up to {up_to!r} would wait for it for ever. Fork once a worker has sent it, or "

@@ -612,8 +612,6 @@ class Workflow:
             self.conn.execute("UPDATE workflows SET status = 'cancelled', error = ?, next_run_at = NULL,"
                               " updated_at = ? WHERE id = ?", (redact(reason), now(), self.id))
             said = reason + (f"; compensated {', '.join(undone)}" if undone else "; nothing to undo")
-            # Outbox deliveries not sent yet: one no dispatcher has tried is withdrawn, so it is never sent;
-            # one already tried may have reached its destination, so it stays pending (at least once, its key).
             withdrawn = [r["action"] for r in self.conn.execute(
                 "UPDATE outbox SET status = 'withdrawn' WHERE workflow_id = ? AND status = 'pending'"
                 " AND attempts = 0 RETURNING action", (self.id,))]

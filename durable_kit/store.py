@@ -125,7 +125,8 @@ CREATE TABLE IF NOT EXISTS outbox (
     action      TEXT NOT NULL,
     destination TEXT NOT NULL,  -- a sender registered with effects.destination
     payload     TEXT NOT NULL,  -- JSON
-    status      TEXT NOT NULL CHECK (status = 'pending' OR status = 'sent' OR status = 'withdrawn'),  -- withdrawn: by a cancellation, never tried
+    -- withdrawn: by a cancellation, before any dispatcher tried it
+    status      TEXT NOT NULL CHECK (status = 'pending' OR status = 'sent' OR status = 'withdrawn'),
     result      TEXT,  -- JSON: the destination's answer
     attempts    INTEGER NOT NULL DEFAULT 0,
     created_at  REAL NOT NULL,

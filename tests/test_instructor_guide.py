@@ -1,6 +1,8 @@
 """INSTRUCTORS.md against the committed notebooks: its minutes are the reading model's, so the guide cannot go stale."""
 from __future__ import annotations
 
+import ast
+import json
 import math
 import re
 from pathlib import Path
@@ -84,7 +86,6 @@ def clock(text: str) -> int:
 
 def names_used_and_set(source: str) -> tuple[set[str], set[str]]:
     """The names a code cell reads and the names it binds (IPython magics and shell lines skipped)."""
-    import ast
     lines = [line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))]
     tree = ast.parse("\n".join(lines))
     used, bound = set(), set()
@@ -103,6 +104,15 @@ def track_rows() -> list[dict[str, str]]:
     return rows
 
 
+def segment_notebook(row: dict[str, str]) -> str:
+    """The notebook number of a track row's segment ("`05` side effects" -> "05")."""
+    return row["segment"].split("`")[1]
+
+
+def notebook_path(number: str) -> Path:
+    return next((ROOT / "notebooks").glob(f"{number}_*.ipynb"))
+
+
 def test_the_3_hour_track_adds_up_by_the_reading_model():
     rows, learner, breaks, at = track_rows(), 0, 0, 0
     for row in rows:
@@ -112,7 +122,7 @@ def test_the_3_hour_track_adds_up_by_the_reading_model():
         if row["segment"] == "break":
             breaks += int(row["minutes"])
             continue
-        path = next((ROOT / "notebooks").glob(row["segment"].split("`")[1] + "_*.ipynb"))
+        path = notebook_path(segment_notebook(row))
         used = numbers(row["sections used"])
         spent = sum(m for i, (_, _, m) in enumerate(minutes.sections(path)) if i in used)
         if row["exercise"] == "yes":
@@ -123,18 +133,17 @@ def test_the_3_hour_track_adds_up_by_the_reading_model():
 
 
 def test_the_3_hour_track_is_hands_on_for_every_part_of_the_story():
-    done = {row["segment"].split("`")[1]: row["exercise"] for row in track_rows() if row["segment"] != "break"}
+    done = {segment_notebook(row): row["exercise"] for row in track_rows() if row["segment"] != "break"}
     # the crash, the journal, retries, waits, side effects, leases and the agent loop
     assert set(done) >= {"00", "02", "03", "04", "05", "06", "08"}
     assert [n for n in ("00", "02", "05", "06", "08") if done[n] != "yes"] == []
 
 
 def test_no_cell_of_a_3_hour_segment_needs_a_section_the_segment_skips():
-    import json
     for row in track_rows():
         if row["segment"] == "break":
             continue
-        path = next((ROOT / "notebooks").glob(row["segment"].split("`")[1] + "_*.ipynb"))
+        path = notebook_path(segment_notebook(row))
         used = numbers(row["sections used"])
         parts = minutes.section_cells(path)
         titles = [title for title, _ in parts]
@@ -156,14 +165,13 @@ def test_no_cell_of_a_3_hour_segment_needs_a_section_the_segment_skips():
 
 
 def test_the_run_sheet_follows_the_track_and_quotes_cells_that_exist():
-    import json
     sheet = part("Run-sheet for the 3-hour track")
     segments = re.findall(r"^#### (\S+) · (\d\d) ", sheet, flags=re.M)
-    track = [(row["clock"], row["segment"].split("`")[1]) for row in track_rows() if row["segment"] != "break"]
+    track = [(row["clock"], segment_notebook(row)) for row in track_rows() if row["segment"] != "break"]
     assert segments == track
     for block in re.split(r"^#### ", sheet, flags=re.M)[1:]:
         number = block.split(" · ")[1][:2]
-        path = next((ROOT / "notebooks").glob(f"{number}_*.ipynb"))
+        path = notebook_path(number)
         code = "\n".join("".join(c["source"]) for c in json.loads(path.read_text(encoding="utf-8"))["cells"]
                          if c["cell_type"] == "code")
         for row in tables(block)[0]:

@@ -19,6 +19,16 @@ def drawn(monkeypatch):
     plt.close("all")
 
 
+def bars_by_colour(fig) -> dict[str, list[tuple[int, float]]]:
+    """Each colour's drawn bars as (the label slot nearest the bar's centre, height)."""
+    bars = {}
+    for patch in fig.axes[0].patches:
+        if patch.get_height():
+            bars.setdefault(matplotlib.colors.to_hex(patch.get_facecolor()), []).append(
+                (round(patch.get_x() + patch.get_width() / 2), patch.get_height()))
+    return bars
+
+
 def legend(fig) -> list[str]:
     return [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
 
@@ -100,15 +110,21 @@ def test_a_call_never_made_is_orange_and_a_duplicate_kept_is_red_not_blue(drawn)
     charts.calls_vs_artifacts(["lost", "twice", "once"], [0, 2, 1], 1, [0, 2, 1], "t", calls_label="payment calls",
                               stored_label="refunds")
     (fig,) = drawn
-    bars = {}
-    for patch in fig.axes[0].patches:
-        if patch.get_height():
-            bars.setdefault(matplotlib.colors.to_hex(patch.get_facecolor()), []).append(
-                (round(patch.get_x() + patch.get_width() / 2), patch.get_height()))
+    bars = bars_by_colour(fig)
     assert bars[charts.MISSING] == [(0, 1)]  # the lost refund's needed call
     assert sorted(bars[charts.KEPT]) == [(1, 1), (2, 1)]  # blue counts one refund at most
     assert (1, 1) in bars[charts.REPEATED] and len(bars[charts.REPEATED]) == 2  # a repeated call, a second refund
     assert "refunds, duplicates" in legend(fig) and "payment calls, needed and never made" in legend(fig)
+
+
+def test_what_is_kept_can_need_fewer_than_the_calls_and_beyond_that_it_is_red(drawn):
+    charts.calls_vs_artifacts(["once", "sent twice", "delivered twice"], [13, 14, 14], 13, [1, 1, 2], "t",
+                              stored_label="answers delivered", kept_needed=1)
+    (fig,) = drawn
+    bars = bars_by_colour(fig)
+    assert sorted(bars[charts.KEPT]) == [(0, 1), (1, 1), (2, 1)]  # one answer each is what counts
+    assert sorted(bars[charts.REPEATED]) == [(1, 1), (2, 1), (2, 1)]  # a repeated call in both, a second answer
+    assert "answers delivered, duplicates" in legend(fig)
 
 
 def test_repeated_bars_are_red_and_projector_sized(drawn):
@@ -148,3 +164,11 @@ def test_every_chart_cell_draws_with_the_shared_palette_and_style():
             f"{notebook} cell {index} draws a chart without durable_kit.lab.charts: {source[:80]!r}")
         assert not own_style.search(source), (
             f"{notebook} cell {index} sets its own colours or style: {own_style.search(source).group(0)!r}")
+
+
+def test_every_notebook_shows_at_least_one_chart():
+    from pathlib import Path
+
+    notebooks = {path.name for path in (Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb")}
+    charted = {notebook for notebook, _, _ in chart_cells()}
+    assert notebooks and not notebooks - charted, f"no chart in {sorted(notebooks - charted)}"

@@ -144,3 +144,22 @@ def test_bench_prints_ratios():
     result = json.loads(child.stdout)
     assert {"kit_vs_raw", "dbos_sqlite_vs_raw", "dbos_sqlite_vs_kit"} <= set(result)
     assert all(value > 0 for key, value in result.items() if key.endswith("_us_per_step"))
+
+
+def test_the_crash_chart_counts_every_request_against_the_clean_run_and_one_answer():
+    from durable_kit.graduate.loop_crashlab import BOUNDARIES, PLAIN_TOOLS, chart_series
+
+    def cell(side, model, source, send, delivered):
+        return {f"{side}_model_calls": model, f"{side}_source_calls": source, f"{side}_send_requests": send,
+                f"{side}_deliveries": delivered}
+
+    rows = [{"boundary": "no crash", **cell("kit", 8, 4, 1, 1), **cell("framework", 8, 4, 1, 1)},
+            {"boundary": list(BOUNDARIES)[6], **cell("kit", 8, 4, 2, 1), **cell("framework", 8, 4, 2, 1)},
+            {"boundary": PLAIN_TOOLS, **cell("framework", 9, 8, 1, 2)}]
+    series = chart_series(rows)
+    assert series["labels"] == ["no crash", "in the send", "no crash", "in the send", "in a model call, plain tools"]
+    assert series["groups"] == ["the kit"] * 2 + ["Pydantic AI"] * 3
+    assert (series["calls"], series["stored"]) == ([13, 14, 13, 14, 18], [1, 1, 1, 1, 2])
+    assert (series["needed"], series["kept_needed"]) == (13, 1)  # a second answer would be drawn red
+    with pytest.raises(ValueError, match="first row must be the clean run"):
+        chart_series(rows[1:])

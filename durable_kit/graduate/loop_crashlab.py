@@ -172,6 +172,34 @@ def paired_rows(rows: list[dict]) -> list[dict]:
                                            for key, label in labels.items()}} for r in rows]
 
 
+SIDES = {"kit": "the kit", "framework": "Pydantic AI", "openai": "OpenAI Agents SDK"}
+SHORT = dict(zip([*BOUNDARIES, PLAIN_TOOLS], ["no crash", "in a tool", "after a tool", "waiting", "in a model call",
+                                             "after a model call", "in the send", "in a model call, plain tools"]))
+CALLS = ("model_calls", "source_calls", "send_requests")  # every request a crash can make again
+
+
+def chart_series(rows: list[dict]) -> dict:
+    """The crash table as ``charts.calls_vs_artifacts`` arguments, grouped by side.
+
+    Per cell: every request made (model, tool and send), of which the clean
+    run's count is needed once, beside the answers delivered (one needed).
+    The first row must be the clean run.
+    """
+    if rows[0]["boundary"] != "no crash":
+        raise ValueError(f"the first row must be the clean run ('no crash'), not {rows[0]['boundary']!r}")
+    series = {"labels": [], "groups": [], "calls": [], "stored": []}
+    for side, name in SIDES.items():
+        for row in rows:
+            if row.get(f"{side}_model_calls") is None:
+                continue  # no such cell
+            series["labels"].append(SHORT[row["boundary"]])
+            series["groups"].append(name)
+            series["calls"].append(sum(row[f"{side}_{count}"] for count in CALLS))
+            series["stored"].append(row[f"{side}_deliveries"])
+    return {**series, "needed": sum(rows[0][f"kit_{count}"] for count in CALLS), "kept_needed": 1,
+            "calls_label": "requests", "stored_label": "answers delivered"}
+
+
 # --- Beyond one machine: the agent on PostgreSQL, two DBOS workers, one SIGKILLed mid-run ---
 
 def loop_two_workers(url: str, folder: str | Path, runs: int = 4) -> dict:

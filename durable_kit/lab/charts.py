@@ -79,12 +79,14 @@ def calls_vs_artifacts(labels: Sequence[str], calls: Sequence[int], needed: Sequ
                        stored: Sequence[int], title: str, calls_label: str = "calls",
                        stored_label: str = "stored artifacts", xlabel: str | None = None, *,
                        groups: Sequence[str] | None = None, ymax: int | None = None,
-                       missing: Sequence[int] | None = None, missing_label: str = "needed, never done") -> None:
+                       missing: Sequence[int] | None = None, missing_label: str = "needed, never done",
+                       kept_needed: Sequence[int] | int | None = None) -> None:
     """Per label: calls made (needed part grey, repeated part red) beside what was kept (blue).
 
     A call that was needed and never made is drawn orange in the calls bar.
     What was kept beyond the needed count is a duplicate: blue counts only up
-    to ``needed``, and the rest of the kept bar is red. ``missing`` (one count
+    to ``kept_needed`` (by default ``needed``: one artifact per call), and the
+    rest of the kept bar is red. ``missing`` (one count
     per label) adds a third, orange bar: what was needed and never done, such
     as a lost notification; where it is zero for every label, a note says so.
 
@@ -96,13 +98,16 @@ def calls_vs_artifacts(labels: Sequence[str], calls: Sequence[int], needed: Sequ
     """
     if isinstance(needed, int):
         needed = [needed] * len(labels)
+    kept_needed = needed if kept_needed is None else kept_needed
+    if isinstance(kept_needed, int):
+        kept_needed = [kept_needed] * len(labels)
     if not len(labels) == len(calls) == len(needed) == len(stored) == len(missing or stored):
         raise ValueError(f"give one value per label: {len(labels)} labels, {len(calls)} calls, "
                          f"{len(needed)} needed, {len(stored)} stored, {len(missing or stored)} missing")
     first = [min(c, n) for c, n in zip(calls, needed)]
     repeated = [c - f for c, f in zip(calls, first)]
     never = [n - f for n, f in zip(needed, first)]
-    kept = [min(s, n) for s, n in zip(stored, needed)]
+    kept = [min(s, n) for s, n in zip(stored, kept_needed)]
     kept_twice = [s - k for s, k in zip(stored, kept)]
     xs = _positions(labels, groups)
     third = bool(missing) and any(missing)

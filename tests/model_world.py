@@ -31,6 +31,7 @@ class Proc:
     label: str
     popen: subprocess.Popen
     code: str
+    log: Path  # everything it printed: a file, never a pipe nobody reads (a full pipe would stop it mid-write)
     paused: bool = False
     ended_by_us: bool = False
 
@@ -42,6 +43,7 @@ class Totals:
     sequences: int = 0
     operations: int = 0
     kills: int = 0
+    kills_that_interrupted_a_workflow: int = 0
     pauses: int = 0
     pauses_ended_by_sigcont: int = 0
     pauses_ended_by_kill: int = 0
@@ -103,9 +105,11 @@ class World:
     def start_worker(self) -> Proc:
         command = [sys.executable, "-m", "durable_kit", "worker", "--db", str(self.db), "--module", str(MODULE),
                    "--poll", "0.1", "--lease-seconds", str(LEASE_SECONDS)]
-        popen = subprocess.Popen(command, cwd=self.folder, env=self.env(), stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT, text=True)
-        proc = Proc(f"worker-{len(self.procs) + 1}", popen, self.code)
+        label = f"worker-{len(self.procs) + 1}"
+        log = self.folder / f"{label}.log"
+        with log.open("w") as out:
+            popen = subprocess.Popen(command, cwd=self.folder, env=self.env(), stdout=out, stderr=subprocess.STDOUT)
+        proc = Proc(label, popen, self.code, log)
         self.procs.append(proc)
         self.totals.workers_started += 1
         return proc
@@ -118,8 +122,7 @@ class World:
                 alive.append(proc)
             elif not proc.ended_by_us:
                 proc.ended_by_us = True  # noted: not counted again
-                words = (proc.popen.stdout.read() or "").strip().splitlines()[-3:] if proc.popen.stdout else []
-                self.exited.append(f"{proc.label} exited {proc.popen.returncode}: {' | '.join(words)}")
+                self.exited.append(f"{proc.label} exited {proc.popen.returncode}: {' | '.join(self.last_words(proc))}")
                 self.totals.workers_exited_on_their_own += 1
         return alive
 
@@ -135,9 +138,8 @@ class World:
         proc.ended_by_us = True
         proc.popen.kill()
         proc.popen.wait()
-        if proc.popen.stdout:
-            proc.popen.stdout.close()
         self.totals.kills += 1
+        self.totals.kills_that_interrupted_a_workflow += bool(interrupted)
         if proc.paused:
             self.totals.pauses_ended_by_kill += 1
             proc.paused = False
@@ -165,8 +167,24 @@ class World:
                 proc.ended_by_us = True
                 proc.popen.kill()
             proc.popen.wait()
-            if proc.popen.stdout:
-                proc.popen.stdout.close()
+
+    def last_words(self, proc: Proc, lines: int = 3) -> list[str]:
+        return proc.log.read_text(errors="replace").strip().splitlines()[-lines:]
+
+    def diagnose(self, workflow_ids) -> dict[str, str]:
+        """For workflows that did not settle: the lease's owner, how long it has left, and that process's state."""
+        with self.read() as conn:
+            rows = {r["id"]: dict(r) for r in conn.execute("SELECT id, owner, lease_expires_at FROM workflows")}
+        found = {}
+        for workflow_id in workflow_ids:
+            row = rows[workflow_id]
+            left = "no lease" if row["lease_expires_at"] is None else f"{row['lease_expires_at'] - time.time():.1f} s left"
+            owner = [p for p in self.procs if row["owner"] and row["owner"].split(":")[-2:-1] == [str(p.popen.pid)]]
+            state = "not a process of this test" if not owner else (
+                f"{owner[0].label}, {'alive' if owner[0].popen.poll() is None else 'ended'}, "
+                f"{_process_state(owner[0].popen.pid)}; it printed: {' | '.join(self.last_words(owner[0]))}")
+            found[workflow_id] = f"owner {row['owner']} ({left}): {state}"
+        return found
 
     # --- observations ---
 
@@ -195,6 +213,12 @@ class World:
                 "SELECT EXISTS (SELECT 1 FROM workflows WHERE status = 'running' OR (status IN ('pending', 'waiting',"
                 " 'paused') AND next_run_at <= ?)) OR EXISTS (SELECT 1 FROM outbox WHERE status = 'pending')",
                 (time.time() + horizon,)).fetchone()[0] == 1
+
+    def working(self) -> bool:
+        """True while a workflow is pending or running (a due wait, which ends at once when run, does not count)."""
+        with self.read() as conn:
+            return conn.execute("SELECT EXISTS (SELECT 1 FROM workflows WHERE status IN ('pending', 'running'))"
+                                ).fetchone()[0] == 1
 
     def integrity(self) -> list[str]:
         """``PRAGMA integrity_check`` of the journal and every destination file that exists."""
@@ -241,6 +265,15 @@ class World:
                 return [dict(r) for r in conn.execute(f"SELECT * FROM {table}")]
             except sqlite3.OperationalError:  # created, schema not committed yet
                 return []
+
+
+def _process_state(pid: int) -> str:
+    """What Linux says the process is doing: its state letter and the kernel function it waits in."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        return f"state {state}, waiting in {Path(f'/proc/{pid}/wchan').read_text() or '-'}"
+    except OSError:
+        return "no /proc entry"
 
 
 def decoded(text: str | None):

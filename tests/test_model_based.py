@@ -47,6 +47,7 @@ FINAL = ("complete", "escalated", "stopped", "rejected", "cancelled")
 APPROVAL_WAIT = {"refund": "approval", "reviewed_report": "approval", "booking": "itinerary"}
 CRASH_LIMIT = 3  # attempts whose process died before a step escalates (RetryPolicy max_attempts of every step here)
 SETTLE_SECONDS = 90.0
+CHURN_ROUNDS = 120 if PROFILE == "long" else 2  # the most workers one churn_workers call starts and ends
 
 TOTALS = Totals()
 
@@ -173,6 +174,58 @@ class KitModel(RuleBasedStateMachine):
         for proc in self.alive:
             if proc.paused:
                 self.world.resume_process(proc)
+
+    @precondition(lambda self: not self.alive)
+    @rule(rounds=st.integers(2, CHURN_ROUNDS), gap=st.sampled_from([0.5, 0.9, 1.5]))
+    def churn_workers(self, rounds, gap):
+        """Two workers racing for the work, in quick succession: each round starts two and ends them ``gap`` s later.
+
+        Every third round stops one of its two (SIGSTOP; the one that owns a
+        workflow, if either does) instead of killing it, and the next rounds'
+        workers take its workflows over once its lease runs out; past the
+        lease it is continued (SIGCONT), or every third time killed; it races
+        the next rounds' workers until the next one is continued. A booking
+        whose steps take a second each is started whenever no workflow is
+        pending or running, so the kills land on work. The invariants are checked after
+        every round.
+        """
+        self.op()
+        paused, pauses = None, 0
+        for round_ in range(rounds):
+            if not self.world.working():
+                workflow_input = {"trip": f"trip-{self.count + 1}", "deadline": 1.0, "step_seconds": 1.0}
+                self.start(self.new_id("booking"), "booking", workflow_input)
+            pair = [self.world.start_worker(), self.world.start_worker()]
+            time.sleep(gap)
+            if paused is None and round_ % 3 == 2:
+                pair.sort(key=lambda proc: not self.world.owned_by(proc.popen.pid))
+                stopped = pair.pop(0)
+                paused = (stopped, self.world.pause(stopped), time.monotonic())
+                self.alive.append(stopped)
+                pauses += 1
+            for proc in pair:
+                self.note_deaths(self.world.kill(proc))
+            if paused and time.monotonic() - paused[2] > LEASE_SECONDS * 1.5:
+                self.end_pause(*paused, kill=pauses % 3 == 0)
+                paused = None
+            self.invariants_hold()  # after every round, not only after the rule: no state between goes unseen
+        if paused:
+            time.sleep(max(0.0, LEASE_SECONDS * 1.5 - (time.monotonic() - paused[2])))
+            self.end_pause(*paused, kill=False)
+        self.said(f"{rounds} rounds, {pauses} paused")
+
+    def end_pause(self, proc, owned: list[str], since: float, kill: bool) -> None:
+        """End a stop that outlived the lease: the workflows the stopped worker owned were paused over."""
+        for workflow_id in owned:
+            self.paused_over[workflow_id] += 1
+        if kill:
+            self.alive.remove(proc)
+            self.note_deaths(self.world.kill(proc))
+            return
+        self.world.resume_process(proc)
+        for older in [p for p in self.alive if p is not proc]:  # one continued worker at a time races the rounds
+            self.alive.remove(older)
+            self.note_deaths(self.world.kill(older))
 
     @rule(seconds=st.sampled_from([0.3, 1.0, 2.5]))
     def let_time_pass(self, seconds):
@@ -441,7 +494,8 @@ class KitModel(RuleBasedStateMachine):
             if unsettled:
                 raise self.failed(AssertionError("after the operations stopped, with a worker running, "
                                      f"these are neither final nor waiting for a person: {unsettled}; history "
-                                     f"{ {w: snap['events'].get(w) for w in unsettled} }")) from None
+                                     f"{ {w: snap['events'].get(w) for w in unsettled} }; leases "
+                                     f"{self.world.diagnose(unsettled)}")) from None
         finally:
             self.world.live()  # notes workers that ended on their own
             TOTALS.notes.extend(self.world.exited)

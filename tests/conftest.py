@@ -46,14 +46,18 @@ def wait_until(condition, timeout: float = 20.0, what: str = "condition"):
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
-def make_due(db_path: Path, workflow_id: str) -> None:
-    """The scheduled time has come: move the workflow's and its steps' schedules one hour into the past."""
+def make_due(db_path: Path, workflow_id: str, hours: float = 1.0) -> None:
+    """The scheduled time has come: move the workflow's and its steps' schedules ``hours`` into the past.
+
+    A negative ``hours`` moves them into the future: a check that nothing runs early, however slowly the next
+    process starts.
+    """
     conn = sqlite3.connect(str(db_path), isolation_level=None, timeout=5)
     try:
         conn.execute("BEGIN IMMEDIATE")
-        conn.execute("UPDATE steps SET next_attempt_at = next_attempt_at - 3600"
-                     " WHERE workflow_id = ? AND next_attempt_at IS NOT NULL", (workflow_id,))
-        conn.execute("UPDATE workflows SET next_run_at = next_run_at - 3600 WHERE id = ?", (workflow_id,))
+        conn.execute("UPDATE steps SET next_attempt_at = next_attempt_at - ?"
+                     " WHERE workflow_id = ? AND next_attempt_at IS NOT NULL", (3600 * hours, workflow_id))
+        conn.execute("UPDATE workflows SET next_run_at = next_run_at - ? WHERE id = ?", (3600 * hours, workflow_id))
         conn.execute("COMMIT")
     finally:
         conn.close()

@@ -130,7 +130,7 @@ class World:
         """Workflows whose lease names process ``pid`` and are running: what a kill of it interrupts."""
         with self.read() as conn:
             rows = conn.execute("SELECT id, owner FROM workflows WHERE status = 'running'").fetchall()
-        return [r["id"] for r in rows if r["owner"] and r["owner"].split(":")[-2:-1] == [str(pid)]]
+        return [r["id"] for r in rows if owner_pid(r["owner"]) == pid]
 
     def kill(self, proc: Proc) -> list[str]:
         """SIGKILL one process; the running workflows it owned (their attempts died with it)."""
@@ -179,7 +179,7 @@ class World:
         for workflow_id in workflow_ids:
             row = rows[workflow_id]
             left = "no lease" if row["lease_expires_at"] is None else f"{row['lease_expires_at'] - time.time():.1f} s left"
-            owner = [p for p in self.procs if row["owner"] and row["owner"].split(":")[-2:-1] == [str(p.popen.pid)]]
+            owner = [p for p in self.procs if owner_pid(row["owner"]) == p.popen.pid]
             state = "not a process of this test" if not owner else (
                 f"{owner[0].label}, {'alive' if owner[0].popen.poll() is None else 'ended'}, "
                 f"{_process_state(owner[0].popen.pid)}; it printed: {' | '.join(self.last_words(owner[0]))}")
@@ -265,6 +265,11 @@ class World:
                 return [dict(r) for r in conn.execute(f"SELECT * FROM {table}")]
             except sqlite3.OperationalError:  # created, schema not committed yet
                 return []
+
+
+def owner_pid(owner: str | None) -> int | None:
+    """The process id inside a lease owner's name (``machine:pid:nonce``); None for no owner."""
+    return int(owner.split(":")[-2]) if owner else None
 
 
 def _process_state(pid: int) -> str:

@@ -186,8 +186,8 @@ class KitModel(RuleBasedStateMachine):
         lease it is continued (SIGCONT), or every third time killed; it races
         the next rounds' workers until the next one is continued. A booking
         whose steps take a second each is started whenever no workflow is
-        pending or running, so the kills land on work. The invariants are checked after
-        every round.
+        pending or running, so the kills land on work. The invariants are
+        checked after every round.
         """
         self.op()
         paused, pauses = None, 0
@@ -206,15 +206,15 @@ class KitModel(RuleBasedStateMachine):
             for proc in pair:
                 self.note_deaths(self.world.kill(proc))
             if paused and time.monotonic() - paused[2] > LEASE_SECONDS * 1.5:
-                self.end_pause(*paused, kill=pauses % 3 == 0)
+                self.end_pause(*paused[:2], kill=pauses % 3 == 0)
                 paused = None
             self.invariants_hold()  # after every round, not only after the rule: no state between goes unseen
         if paused:
             time.sleep(max(0.0, LEASE_SECONDS * 1.5 - (time.monotonic() - paused[2])))
-            self.end_pause(*paused, kill=False)
+            self.end_pause(*paused[:2], kill=False)
         self.said(f"{rounds} rounds, {pauses} paused")
 
-    def end_pause(self, proc, owned: list[str], since: float, kill: bool) -> None:
+    def end_pause(self, proc, owned: list[str], kill: bool) -> None:
         """End a stop that outlived the lease: the workflows the stopped worker owned were paused over."""
         for workflow_id in owned:
             self.paused_over[workflow_id] += 1

@@ -30,14 +30,14 @@ from .fakes.payments import Payments
 from .fakes.scripted import ScriptedModel
 from .fakes.service import KeyedService, UnkeyedService
 from .faults import CRASH_EXIT_CODE, InjectedFailure, arm, disarm_all, tracing, trip
-from .journal import Ended, Journal, Suspended, Workflow, WorkflowError, run_workflow, workflow
-from .leases import Lease, LeaseLost
+from .core.journal import Ended, Journal, Suspended, Workflow, WorkflowError, run_workflow, workflow
+from .core.leases import Lease, LeaseLost
 from .ledger import Ledger, ledger_path
-from .retries import (AmbiguousEffect, FormatFailure, InvalidRequest, PolicyDenied, RateLimited, RetryPolicy,
+from .core.retries import (AmbiguousEffect, FormatFailure, InvalidRequest, PolicyDenied, RateLimited, RetryPolicy,
                       Transient)
 from .runner import run_in_child, worker_in_child
-from .store import NotJSON, SchemaMismatch, connect, immediate
-from .waits import DecisionConflict, NotWaiting, answer, approve, reject
+from .core.store import NotJSON, SchemaMismatch, connect, immediate
+from .core.waits import DecisionConflict, NotWaiting, answer, approve, reject
 
 __all__ = [
     "effect_key", "send_at_most_once", "send_via_outbox",

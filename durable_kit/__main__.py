@@ -42,7 +42,7 @@ def load_module(name: str) -> None:
 
 def cmd_run(args) -> int:
     from . import agents  # noqa: F401  (registers the built-in workflows)
-    from .journal import Journal, run_workflow
+    from .core.journal import Journal, run_workflow
 
     if args.module:
         load_module(args.module)
@@ -53,8 +53,8 @@ def cmd_run(args) -> int:
 
 def cmd_start(args) -> int:
     from . import agents  # noqa: F401  (registers the built-in workflows)
-    from .journal import WORKFLOWS, Journal
-    from .store import from_json_argument
+    from .core.journal import WORKFLOWS, Journal
+    from .core.store import from_json_argument
 
     if args.module:
         load_module(args.module)
@@ -72,9 +72,9 @@ def cmd_start(args) -> int:
 def cmd_decide(args) -> int:
     """approve, reject and answer: save a person's decision on one wait and make the workflow runnable."""
     from .errors import WorkflowError
-    from .journal import Journal
+    from .core.journal import Journal
     from .redact import redact, redact_value
-    from .waits import answer, approve, describe_outcome, reject
+    from .core.waits import answer, approve, describe_outcome, reject
 
     journal = Journal(args.db, create=False)
     try:
@@ -98,7 +98,7 @@ def cmd_decide(args) -> int:
 
 def cmd_cancel(args) -> int:
     """Ask a workflow to stop at its next step boundary; a worker then runs its compensations."""
-    from .journal import Journal
+    from .core.journal import Journal
 
     row = Journal(args.db, create=False).cancel(args.workflow, args.by, args.reason)
     first = json.loads(row["cancel_requested"])
@@ -116,8 +116,8 @@ def cmd_cancel(args) -> int:
 def cmd_fork(args) -> int:
     """Start a new workflow from another's journal up to a step; the original is left as it is."""
     from . import agents  # noqa: F401  (registers the built-in workflows, for the version the fork records)
-    from .journal import Journal
-    from .store import from_json_argument
+    from .core.journal import Journal
+    from .core.store import from_json_argument
 
     if args.module:
         load_module(args.module)
@@ -130,7 +130,7 @@ def cmd_fork(args) -> int:
 
 def cmd_purge(args) -> int:
     """Delete one finished workflow's stored data and rewrite the file (see ``Journal.purge`` for the limits)."""
-    from .journal import Journal
+    from .core.journal import Journal
 
     counts = Journal(args.db, create=False).purge(args.workflow)
     print(json.dumps({"workflow_id": args.workflow, "deleted": counts}) if args.json
@@ -141,7 +141,7 @@ def cmd_purge(args) -> int:
 
 def cmd_resume(args) -> int:
     """Resume a paused, failed, blocked or escalated workflow: the next worker replays it, reusing completed steps."""
-    from .journal import Journal
+    from .core.journal import Journal
 
     row = Journal(args.db, create=False).resume(args.workflow, args.by)
     print(json.dumps({"workflow_id": args.workflow, "status": row["status"]}) if args.json
@@ -163,8 +163,8 @@ STATUS_HINTS = {
 
 def cmd_status(args) -> int:
     from . import agents  # noqa: F401  (registers the built-in workflows: a kind none of them is, is said so)
-    from .journal import WORKFLOWS, Journal
-    from .waits import open_wait
+    from .core.journal import WORKFLOWS, Journal
+    from .core.waits import open_wait
 
     journal = Journal(args.db, read_only=True)
     wf = journal.workflow(args.workflow)
@@ -194,7 +194,7 @@ def cmd_status(args) -> int:
         print(f"  forked from {origin['workflow']} up to step {origin['up_to']} by {origin['by']}")
     if wf["cancel_requested"] and wf["status"] != "cancelled":
         from .change import too_late
-        from .leases import FINAL_STATUSES
+        from .core.leases import FINAL_STATUSES
 
         request = json.loads(wf["cancel_requested"])
         print(f"  {too_late(wf['status'], request)}" if wf["status"] in FINAL_STATUSES
@@ -222,7 +222,7 @@ def cmd_status(args) -> int:
 
 
 def cmd_history(args) -> int:
-    from .journal import Journal
+    from .core.journal import Journal
 
     journal = Journal(args.db, read_only=True)
     journal.workflow(args.workflow)  # a clear error for an unknown id, not an empty history
@@ -239,7 +239,7 @@ def cmd_history(args) -> int:
 def cmd_worker(args) -> int:
     from . import agents  # noqa: F401  (registers the built-in workflows)
     from .redact import redact
-    from .worker import run_worker
+    from .core.worker import run_worker
 
     if args.module:
         load_module(args.module)
@@ -294,7 +294,7 @@ def cmd_demo(args) -> int:
 
 def cmd_arm(args) -> int:
     from .faults import arm
-    from .store import connect
+    from .core.store import connect
 
     arm(connect(args.db), args.point, args.action, args.seconds)
     print(json.dumps({"point": args.point, "action": args.action, "seconds": args.seconds}) if args.json
@@ -540,7 +540,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from .errors import SettingError, WorkflowError
     from .redact import redact
-    from .store import NotJSON, SchemaMismatch, StorageFault, describe_storage_fault
+    from .core.store import NotJSON, SchemaMismatch, StorageFault, describe_storage_fault
 
     try:
         return args.handler(args)

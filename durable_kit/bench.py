@@ -40,8 +40,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from .journal import Journal, Workflow, run_workflow, workflow
-from .leases import grant, new_owner
+from .core.journal import Journal, Workflow, run_workflow, workflow
+from .core.leases import grant, new_owner
 from .peers import INSTALL, available
 
 LEVELS = ("FULL", "NORMAL")

@@ -25,12 +25,12 @@ import threading
 from typing import TYPE_CHECKING, Any, Callable
 
 from .errors import WorkflowError
-from .leases import FINAL_STATUSES
-from .retries import RetryPolicy, Transient
-from .store import append_event, from_json, immediate, now, to_json
+from .core.leases import FINAL_STATUSES
+from .core.retries import RetryPolicy, Transient
+from .core.store import append_event, from_json, immediate, now, to_json
 
 if TYPE_CHECKING:
-    from .journal import Journal
+    from .core.journal import Journal
 
 # A compensation is retried like a flaky call; it must happen, so once its tries are spent it pauses the
 # workflow for a person (``Workflow._compensation_failed``), never ends it.

@@ -51,9 +51,9 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from .faults import TRACE_VARIABLE, arm, disarm_all
-from .journal import Journal, WorkflowError
-from .store import DB_NOW, immediate, now
-from .waits import answer, approve, open_wait, reject
+from .core.journal import Journal, WorkflowError
+from .core.store import DB_NOW, immediate, now
+from .core.waits import answer, approve, open_wait, reject
 
 # Where a workflow can end up once nothing more is due.
 SETTLED = ("complete", "escalated", "stopped", "rejected", "failed", "cancelled", "paused", "blocked")

@@ -46,11 +46,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from .faults import trip
-from .store import append_event, from_json, immediate, now, to_json
-from .waits import wait_for
+from .core.store import append_event, from_json, immediate, now, to_json
+from .core.waits import wait_for
 
 if TYPE_CHECKING:
-    from .journal import Journal, Workflow
+    from .core.journal import Journal, Workflow
 
 NOT_SENT = "not sent by this attempt: an earlier attempt reserved the key and may or may not have sent it"
 

@@ -24,8 +24,8 @@ import signal
 import sqlite3
 import time
 
-from .retries import Transient
-from .store import append_event, immediate
+from .core.retries import Transient
+from .core.store import append_event, immediate
 
 CRASH_EXIT_CODE = 13
 ACTIONS = ("exit", "kill", "fail", "delay", "stop")

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from .redact import redact
-from .store import OutsideWorld, beside, connect_outside, now
+from .core.store import OutsideWorld, beside, connect_outside, now
 
 LEDGER_SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .faults import arm, disarm_all
-from .journal import Journal
+from .core.journal import Journal
 from .ledger import Ledger
 
 

@@ -71,7 +71,7 @@ def db(tmp_path: Path) -> Path:
 @pytest.fixture
 def kinds(request):
     """Unique workflow kinds for one test, removed from the registry afterwards."""
-    from durable_kit.journal import WORKFLOWS
+    from durable_kit.core.journal import WORKFLOWS
 
     registered = []
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from durable_kit import Journal, arm
-from durable_kit.journal import VERSIONS, WORKFLOWS
+from durable_kit.core.journal import VERSIONS, WORKFLOWS
 from durable_kit.lab import change_demo
 from durable_kit.lab.change_demo import (EXERCISE_KIND, NEW_MARKUP, OLD_MARKUP, Seats, charge_card,
                                          check_patched_trip, effects, hold_seat, quote, requests)

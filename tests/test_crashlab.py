@@ -12,7 +12,7 @@ import pytest
 from durable_kit import KeyedService, UnkeyedService, explore, fuzz, step_map, tracing, trip
 from durable_kit.crashlab import INVARIANTS, CrashLabError, answers, promise_violations, summarize
 from durable_kit.fakes.service import KeyReused, StaleToken
-from durable_kit.store import connect
+from durable_kit.core.store import connect
 
 from conftest import ROOT, run_python
 

@@ -11,9 +11,9 @@ from durable_kit.effects import (DESTINATIONS, NOT_SENT, destination, dispatch_o
                                  reconcile_then_send, send_at_most_once, send_guarded, send_via_outbox)
 from durable_kit.fakes.notifier import Notifier, notifier_path
 from durable_kit.fakes.payments import KeyReused, Payments, payments_path
-from durable_kit.store import now
-from durable_kit.waits import waits
-from durable_kit.worker import run_due
+from durable_kit.core.store import now
+from durable_kit.core.waits import waits
+from durable_kit.core.worker import run_due
 
 from conftest import dump, run_python
 

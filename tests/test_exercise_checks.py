@@ -5,7 +5,7 @@ import json
 
 from durable_kit import immediate, reconcile_then_send, send_at_most_once, send_guarded
 from durable_kit.lab import checks
-from durable_kit.retries import (AmbiguousEffect, FormatFailure, InvalidRequest, PolicyDenied, RateLimited,
+from durable_kit.core.retries import (AmbiguousEffect, FormatFailure, InvalidRequest, PolicyDenied, RateLimited,
                                  Transient)
 
 FINISHED = "SELECT output FROM steps WHERE workflow_id = ? AND name = ? AND status = 'complete'"
@@ -478,7 +478,7 @@ INSERT_STEP = ("INSERT INTO steps (workflow_id, name, status, output, attempts) 
 
 
 def save_with(fence):
-    from durable_kit.leases import check
+    from durable_kit.core.leases import check
 
     def save(conn, lease, step, output):
         if fence == "before":
@@ -498,7 +498,7 @@ def test_fenced_write_passes_a_check_inside_the_transaction(capsys):
 
 
 def test_fenced_write_refuses_no_check_a_check_before_begin_and_refusing_everyone(capsys):
-    from durable_kit.leases import LeaseLost
+    from durable_kit.core.leases import LeaseLost
 
     checks.check_fenced_write(save_with(None))
     assert said(capsys).startswith("not quite: worker-a wrote with token 1 after token 2 was granted to worker-b")
@@ -511,7 +511,7 @@ def test_fenced_write_refuses_no_check_a_check_before_begin_and_refusing_everyon
     assert said(capsys).startswith("not quite: the current owner's write was refused too (token 2 refused)")
 
     def autocommit_then_check(conn, lease, step, output):  # writes outside any transaction, then checks
-        from durable_kit.leases import check
+        from durable_kit.core.leases import check
         conn.execute(INSERT_STEP, (lease.workflow_id, step, json.dumps(output)))
         conn.commit()
         check(conn, lease)

@@ -18,7 +18,7 @@ import pytest
 
 from durable_kit import Journal, arm
 from durable_kit.fakes.payments import Payments
-from durable_kit.journal import run_workflow
+from durable_kit.core.journal import run_workflow
 
 from conftest import ROOT, dump, run_python, wait_until
 
@@ -195,7 +195,7 @@ def test_no_escalation_slips_between_the_status_read_and_the_grant_and_an_escala
     journal = Journal(db)
     journal.start("counted", {}, "c1")
 
-    import durable_kit.leases as leases_module
+    import durable_kit.core.leases as leases_module
     real_grant, tried = leases_module.grant_in_transaction, []
 
     def grant_while_a_person_escalates(*args, **kwargs):
@@ -223,7 +223,7 @@ def test_no_escalation_slips_between_the_status_read_and_the_grant_and_an_escala
 RATE_LIMITED = '''
 from pathlib import Path
 import durable_kit
-from durable_kit.retries import RateLimited, RetryPolicy
+from durable_kit.core.retries import RateLimited, RetryPolicy
 
 
 @durable_kit.workflow("rate_limited")
@@ -311,7 +311,7 @@ RACE = '''
 import os, time
 from pathlib import Path
 import durable_kit
-from durable_kit.retries import RetryPolicy, Transient
+from durable_kit.core.retries import RetryPolicy, Transient
 
 
 @durable_kit.workflow("race")
@@ -334,7 +334,7 @@ UNLEASED_RUN = """
 import sys, importlib.util
 spec = importlib.util.spec_from_file_location('race_module', sys.argv[2])
 spec.loader.exec_module(importlib.util.module_from_spec(spec))
-from durable_kit.journal import Journal, run_workflow
+from durable_kit.core.journal import Journal, run_workflow
 print(run_workflow(Journal(sys.argv[1]), 'x1', fenced=False))
 """
 

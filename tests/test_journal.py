@@ -6,7 +6,7 @@ import datetime
 import pytest
 
 from durable_kit import Journal, NotJSON, WorkflowError, run_workflow, workflow
-from durable_kit.journal import WORKFLOWS
+from durable_kit.core.journal import WORKFLOWS
 
 from conftest import dump
 

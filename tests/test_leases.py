@@ -23,10 +23,10 @@ from durable_kit import Ended, Journal, Ledger, RetryPolicy, Suspended, Transien
 from durable_kit.agents.shared_work import (activity_runs, all_complete, contention, finish, popen_worker, run_all,
                                             start_work, wait_until)
 from durable_kit.effects import send_at_most_once, send_via_outbox
-from durable_kit.leases import (FINAL_STATUSES, Heartbeat, LeaseLost, grant, machine, new_owner, owner_is_gone, release,
+from durable_kit.core.leases import (FINAL_STATUSES, Heartbeat, LeaseLost, grant, machine, new_owner, owner_is_gone, release,
                                 renew, revoke_abandoned)
-from durable_kit.store import BEGIN_ATTEMPTS, DB_NOW, connect, immediate
-from durable_kit.worker import claim_next, recover_abandoned
+from durable_kit.core.store import BEGIN_ATTEMPTS, DB_NOW, connect, immediate
+from durable_kit.core.worker import claim_next, recover_abandoned
 
 from conftest import dump, run_python
 
@@ -105,7 +105,7 @@ def test_grant_marks_running_with_owner_and_an_expiry_by_the_database_clock(db, 
     journal = Journal(db)
     journal.start("test_leases.none", {}, "w", registered_elsewhere=True)
     # A process whose own clock is an hour fast: the expiry still follows the database's clock.
-    monkeypatch.setattr(durable_kit.leases, "now", lambda: time.time() + 3600)
+    monkeypatch.setattr(durable_kit.core.leases, "now", lambda: time.time() + 3600)
     lease = grant(journal.conn, "w", "me:1:aaaaaa", 5.0)
     assert (lease.workflow_id, lease.owner, lease.token, lease.seconds) == ("w", "me:1:aaaaaa", 1, 5.0)
     row = lease_row(journal.conn)

@@ -212,7 +212,7 @@ def test_a_secret_in_a_key_is_redacted_and_keys_that_would_collide_are_refused_w
 
 
 def test_a_string_under_a_key_named_aws_secret_access_key_is_redacted_whole_and_nothing_else_changes():
-    from durable_kit.store import to_json
+    from durable_kit.core.store import to_json
 
     value = {"aws_secret_access_key": "x" * 40, "AWS_SECRET_ACCESS_KEY": ["kept: a list, not a key's text"],
              "region": "eu-west-1", "note": f"see {URL}"}

@@ -15,10 +15,10 @@ from durable_kit.fakes.llm import MODEL_NAME, FakeLLM
 from durable_kit.fakes.notifier import Notifier, notifier_path
 from durable_kit.fakes.payments import Payments, payments_path
 from durable_kit.fakes.sources import load_orders, load_refund_policy
-from durable_kit.retries import InvalidRequest
+from durable_kit.core.retries import InvalidRequest
 from durable_kit.runner import run_in_child
-from durable_kit.waits import approve, open_wait, reject, waits
-from durable_kit.worker import run_worker
+from durable_kit.core.waits import approve, open_wait, reject, waits
+from durable_kit.core.worker import run_worker
 
 from conftest import run_python
 

@@ -9,8 +9,8 @@ import pytest
 
 import durable_kit
 from durable_kit import InjectedFailure, Journal, arm, run_workflow
-from durable_kit.journal import FINAL_STATUSES, Ended, Suspended
-from durable_kit.retries import (AmbiguousEffect, Decision, FormatFailure, InvalidRequest, PolicyDenied,
+from durable_kit.core.journal import FINAL_STATUSES, Ended, Suspended
+from durable_kit.core.retries import (AmbiguousEffect, Decision, FormatFailure, InvalidRequest, PolicyDenied,
                                  RateLimited, RetryPolicy, Transient, decide)
 
 from conftest import dump, make_due

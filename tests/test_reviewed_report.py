@@ -12,7 +12,7 @@ import durable_kit.agents  # noqa: F401  (registers reviewed_report for in-proce
 from durable_kit import CRASH_EXIT_CODE, Journal, Ledger, run_workflow
 from durable_kit.fakes.llm import load_topics
 from durable_kit.fakes.notifier import Notifier
-from durable_kit.waits import open_wait
+from durable_kit.core.waits import open_wait
 
 from conftest import plain, dump, run_python
 

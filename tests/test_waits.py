@@ -12,10 +12,10 @@ import pytest
 import durable_kit
 import durable_kit.agents  # noqa: F401  (registers research_report and reviewed_report)
 from durable_kit import Journal, Workflow, WorkflowError, run_workflow
-from durable_kit import waits as waits_module
-from durable_kit.waits import (DecisionConflict, NotWaiting, answer, approve, describe_outcome, open_wait, reject,
+from durable_kit.core import waits as waits_module
+from durable_kit.core.waits import (DecisionConflict, NotWaiting, answer, approve, describe_outcome, open_wait, reject,
                                waits)
-from durable_kit.worker import claim, due_workflows, run_due
+from durable_kit.core.worker import claim, due_workflows, run_due
 
 from conftest import ROOT, dump, plain
 

@@ -14,8 +14,8 @@ import durable_kit
 import durable_kit.agents  # noqa: F401  (registers research_report for in-process runs)
 from durable_kit import Journal, Ledger, arm
 from durable_kit.ledger import ledger_path
-from durable_kit.retries import PolicyDenied, RateLimited, RetryPolicy, Transient
-from durable_kit.worker import claim, due_workflows, recover_abandoned, run_due, run_worker
+from durable_kit.core.retries import PolicyDenied, RateLimited, RetryPolicy, Transient
+from durable_kit.core.worker import claim, due_workflows, recover_abandoned, run_due, run_worker
 
 from conftest import ROOT, make_due, run_python, wait_until
 
@@ -373,7 +373,7 @@ def test_a_workflow_of_an_unknown_kind_is_left_pending_for_a_worker_that_knows_i
 CRASH_EVERY_TIME = """
 import os
 import durable_kit
-from durable_kit.retries import RetryPolicy
+from durable_kit.core.retries import RetryPolicy
 
 
 @durable_kit.workflow("crash_every_time")
@@ -402,7 +402,7 @@ COUNT_FILES = """
 import os, sys
 import durable_kit.agents
 from durable_kit.agents.shared_work import start_work
-from durable_kit.worker import run_worker
+from durable_kit.core.worker import run_worker
 start_work(sys.argv[1], 300, 1, 0)
 before = len(os.listdir('/proc/self/fd'))
 run_worker(sys.argv[1], until_idle=True, log=lambda message: None)

@@ -18,7 +18,7 @@ from ..faults import arm, disarm_all, trip
 from ..fakes.llm import FakeLLM
 from ..fakes.sources import FixtureSource, SourceUnavailable, load_filings
 from ..ledger import Ledger
-from ..store import connect, immediate, now
+from ..core.store import connect, immediate, now
 
 QUESTION = "How does the company describe supplier concentration risk?"
 CRASH_POINTS = ("after_fetch", "after_evidence", "after_finding")

@@ -25,9 +25,9 @@ import sys
 import time
 from pathlib import Path
 
-from ..journal import Journal, Workflow, workflow
+from ..core.journal import Journal, Workflow, workflow
 from ..ledger import Ledger
-from ..retries import (AmbiguousEffect, FormatFailure, InvalidRequest, PolicyDenied, RateLimited, RetryPolicy,
+from ..core.retries import (AmbiguousEffect, FormatFailure, InvalidRequest, PolicyDenied, RateLimited, RetryPolicy,
                        Transient)
 
 QUESTION = "How concentrated is Northwind's supplier base?"

@@ -10,7 +10,7 @@ from pathlib import Path
 from ..faults import trip
 from ..fakes.llm import FakeLLM
 from ..ledger import Ledger
-from ..store import connect
+from ..core.store import connect
 
 
 def research_in_memory(db_path: str | Path, topic: str) -> dict:

@@ -32,10 +32,10 @@ from typing import Any
 from ..fakes import data_dir
 from ..fakes.scripted import SCRIPTED_MODEL, ProviderUnavailable, ScriptedModel, cost_of
 from ..fakes.sources import load_filings
-from ..journal import Journal, Workflow, workflow
+from ..core.journal import Journal, Workflow, workflow
 from ..ledger import Ledger, ledger_path
 from ..memory import DanglingReference, EvidenceStore, Passage, recall, resume_context
-from ..store import from_json, now
+from ..core.store import from_json, now
 
 TOOLS = ("search", "read", "note_finding", "ask_user", "recall", "finish")
 

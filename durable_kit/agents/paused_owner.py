@@ -26,8 +26,8 @@ from pathlib import Path
 
 from ..faults import arm
 from ..fakes.payments import payments_path
-from ..journal import Journal
-from ..store import DB_NOW
+from ..core.journal import Journal
+from ..core.store import DB_NOW
 from .refunds import STRATEGIES
 
 WORKFLOW_ID = "refund-A-1001"

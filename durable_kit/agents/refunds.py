@@ -34,11 +34,11 @@ from ..fakes.llm import MODEL_NAME, FakeLLM
 from ..fakes.notifier import Notifier
 from ..fakes.payments import Payments
 from ..fakes.sources import OrderDesk
-from ..journal import Journal, Workflow, workflow
+from ..core.journal import Journal, Workflow, workflow
 from ..ledger import Ledger
-from ..retries import InvalidRequest, RetryPolicy
+from ..core.retries import InvalidRequest, RetryPolicy
 from ..runner import worker_in_child
-from ..waits import waits
+from ..core.waits import waits
 
 STRATEGIES = ("naive", "reservation", "destination_key", "outbox", "reconciliation")
 VERSIONS = {"workflow": "refund-agent-1", "prompt": "refund-recommendation-2", "model": MODEL_NAME}

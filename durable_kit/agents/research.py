@@ -13,9 +13,9 @@ from __future__ import annotations
 from ..effects import NOT_SENT, send_at_most_once
 from ..fakes.llm import FakeLLM
 from ..fakes.notifier import Notifier
-from ..journal import Workflow, workflow
+from ..core.journal import Workflow, workflow
 from ..ledger import Ledger
-from ..retries import RetryPolicy
+from ..core.retries import RetryPolicy
 
 MODEL_RETRY = RetryPolicy(max_attempts=3, base_delay=1.0, max_delay=30.0)
 

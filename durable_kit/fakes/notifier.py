@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..store import OutsideWorld, beside, connect_outside, immediate, now
+from ..core.store import OutsideWorld, beside, connect_outside, immediate, now
 
 NOTIFIER_SCHEMA = """
 CREATE TABLE IF NOT EXISTS requests (

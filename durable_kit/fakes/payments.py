@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..store import OutsideWorld, beside, connect_outside, immediate, now
+from ..core.store import OutsideWorld, beside, connect_outside, immediate, now
 
 PAYMENTS_SCHEMA = """
 CREATE TABLE IF NOT EXISTS requests (

@@ -23,7 +23,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..store import OutsideWorld, beside, connect_outside, immediate, now
+from ..core.store import OutsideWorld, beside, connect_outside, immediate, now
 
 SERVICE_SCHEMA = """
 CREATE TABLE IF NOT EXISTS requests (

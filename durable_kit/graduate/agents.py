@@ -36,7 +36,7 @@ from ..fakes.notifier import Notifier
 from ..fakes.payments import Payments
 from ..fakes.sources import OrderDesk
 from ..ledger import Ledger
-from ..retries import InvalidRequest
+from ..core.retries import InvalidRequest
 from .points import boundary
 
 PORTED_STRATEGIES = ("naive", "destination_key", "reconciliation")

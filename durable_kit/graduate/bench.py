@@ -20,7 +20,7 @@ from pathlib import Path
 
 from dbos import DBOS, SetWorkflowID
 
-from ..journal import Journal, Workflow, run_workflow, workflow
+from ..core.journal import Journal, Workflow, run_workflow, workflow
 from . import engine
 
 

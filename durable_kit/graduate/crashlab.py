@@ -18,7 +18,7 @@ from pathlib import Path
 from ..agents.refunds import CRASH_POINTS
 from ..fakes.notifier import Notifier
 from ..fakes.payments import Payments
-from ..journal import Journal
+from ..core.journal import Journal
 from ..ledger import Ledger
 from .agents import PORTED_STRATEGIES
 from .engine import client, sqlite_url, step_rows, workflow_rows

@@ -13,7 +13,7 @@ from ..agents.loop import LoopState, agent_loop, load_case
 from ..effects import effect_key, send_guarded
 from ..fakes.notifier import Notifier
 from ..fakes.scripted import ScriptedModel
-from ..journal import Workflow, workflow
+from ..core.journal import Workflow, workflow
 
 REQUESTER = "analyst@example.com"
 

@@ -26,7 +26,7 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from ..journal import Journal
+from ..core.journal import Journal
 from ..ledger import Ledger
 from ..fakes.notifier import Notifier
 from .crashlab import checked, child, prepared

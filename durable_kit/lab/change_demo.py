@@ -24,8 +24,8 @@ from typing import Any, Callable, Iterator
 from ..effects import effect_key
 from ..fakes.service import KeyedService
 from ..faults import arm
-from ..journal import VERSIONS, WORKFLOWS, Journal, Workflow, run_workflow, workflow
-from ..store import beside
+from ..core.journal import VERSIONS, WORKFLOWS, Journal, Workflow, run_workflow, workflow
+from ..core.store import beside
 
 BASE_FARE = 400.0
 

@@ -13,8 +13,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from ..journal import Journal
-from ..store import immediate
+from ..core.journal import Journal
+from ..core.store import immediate
 
 PASS, NOT_YET, NOT_QUITE = "pass:", "not yet:", "not quite:"
 
@@ -224,7 +224,7 @@ CLASSIFY_PATHS = ["retry after 1 s", "retry after 2 s", "repair once, then escal
 
 def path_of(error: BaseException) -> str:
     """The path execute_step takes after a first failure with ``error``, given a repair and a fallback."""
-    from ..retries import FormatFailure, InvalidRequest, RetryPolicy, decide
+    from ..core.retries import FormatFailure, InvalidRequest, RetryPolicy, decide
 
     if isinstance(error, FormatFailure):
         return "repair once, then fallback"
@@ -574,7 +574,7 @@ def run_notify_exercise(notify: Callable) -> dict:
     send (the fault ``after_activity:notify`` with ``fail``), replay, and count at the notifier."""
     from ..fakes.notifier import Notifier
     from ..faults import InjectedFailure, arm
-    from ..journal import run_workflow, workflow
+    from ..core.journal import run_workflow, workflow
 
     global _notify_runs
     _notify_runs += 1
@@ -631,7 +631,7 @@ def check_notify(notify: Callable) -> None:
 
 def run_fenced_write(save: Callable) -> dict:
     """worker-a's lease on ``w001`` is superseded by worker-b's; both call ``save``. What each write did."""
-    from ..leases import LeaseLost, grant
+    from ..core.leases import LeaseLost, grant
 
     journal = Journal(Path(tempfile.mkdtemp(prefix="fence-")) / "fence.db")
     journal.start("shared_work", {"steps": 1, "seconds": 0}, "w001")
@@ -660,7 +660,7 @@ def run_fenced_write(save: Callable) -> dict:
 
 def check_fenced_write(save: Callable) -> None:
     """Run ``save`` as ``run_fenced_write`` does; print pass, or what is wrong and a hint."""
-    from ..leases import LeaseLost
+    from ..core.leases import LeaseLost
 
     try:
         outcome = run_fenced_write(save)

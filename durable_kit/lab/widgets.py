@@ -18,8 +18,8 @@ import ipywidgets as widgets
 import pandas as pd
 
 from ..errors import WorkflowError
-from ..journal import Journal
-from ..waits import answer, approve, named_wait, open_wait, reject, waits
+from ..core.journal import Journal
+from ..core.waits import answer, approve, named_wait, open_wait, reject, waits
 
 
 def _bound_wait(journal: Journal, workflow_id: str, kind: str, name: str | None) -> str | None:

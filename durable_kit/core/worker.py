@@ -28,8 +28,8 @@ import sqlite3
 import time
 from pathlib import Path
 
-from .effects import dispatch_outbox
-from .errors import WorkflowError, passes_by_waiting
+from ..effects import dispatch_outbox
+from ..errors import WorkflowError, passes_by_waiting
 from .journal import WORKFLOWS, Journal, run_workflow
 from .leases import DUE, LEASE_SECONDS, Lease, grant, grant_in_transaction, new_owner, revoke_abandoned
 from .store import describe_storage_fault, immediate, now

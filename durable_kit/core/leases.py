@@ -52,8 +52,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from .errors import LeaseHeld, LeaseLost
-from .redact import redact
+from ..errors import LeaseHeld, LeaseLost
+from ..redact import redact
 from .retries import TAKEN_OVER
 from .store import DB_NOW, append_event, immediate, now, one_of
 

@@ -15,7 +15,7 @@ import random
 import sqlite3
 from dataclasses import dataclass
 
-from .redact import redact
+from ..redact import redact
 from .store import append_event, now
 
 

@@ -23,8 +23,8 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
-from .errors import Suspended, WorkflowError
-from .faults import trip
+from ..errors import Suspended, WorkflowError
+from ..faults import trip
 from .store import append_event, from_json, immediate, now, to_json
 
 if TYPE_CHECKING:

@@ -57,12 +57,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
-from . import change, waits
-from .errors import Ended, LeaseLost, NonDeterminism, Suspended, WorkflowError, is_storage_fault
-from .faults import tracing, trip
+from .. import change
+from . import waits
+from ..errors import Ended, LeaseLost, NonDeterminism, Suspended, WorkflowError, is_storage_fault
+from ..faults import tracing, trip
 from .leases import FINAL_STATUSES, LET_GO, Heartbeat, Lease, check, new_owner, release, superseded, take
 from .retries import TAKEN_OVER_BY_STEP, Crashed, FormatFailure, InvalidRequest, RetryPolicy, decide, record_failure
-from .redact import redact, register_secret
+from ..redact import redact, register_secret
 from .store import (DB_NOW, append_event, connect, connect_read_only, encode, from_json, immediate, now, to_json,
                     write)
 

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any, Iterator
 from urllib.parse import quote
 
-from .errors import SettingError
-from .redact import Unredactable, redact, redact_value, secrets_in_json
+from ..errors import SettingError
+from ..redact import Unredactable, redact, redact_value, secrets_in_json
 
 SCHEMA_VERSION = 7
 SYNCHRONOUS_LEVELS = ("OFF", "NORMAL", "FULL", "EXTRA")

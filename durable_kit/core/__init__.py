@@ -1,0 +1,1 @@
+"""The engine: store, journal and replay, retries, waits, leases and the worker."""

@@ -1,56 +1,48 @@
 """durable_kit: a small durable executor on SQLite, built one idea at a time.
 
-Importing it is light: pandas, matplotlib and ipywidgets load only when a
-chart or widget from ``durable_kit.lab`` is asked for, and the optional
-engines (DBOS, LangGraph) only inside ``durable_kit.peers``' functions.
+``__all__`` is the engine your own agent needs, and nothing else:
 
-The public surface, in ``__all__``, is everything your own agent needs:
-
-* **workflows**: ``workflow`` registers a function by kind; it receives a
-  ``Workflow`` (``id``, ``kind``, ``input``, ``db_path``, ``fencing_token``;
-  ``execute_step``, ``wait_for_approval``, ``ask``, ``sleep``, ``end``);
-  ``Journal`` starts and reads them; ``run_workflow`` replays one.
+* **workflows and steps**: ``workflow`` registers a function by kind; it
+  receives a ``Workflow`` (``execute_step``, ``wait_for_approval``, ``ask``,
+  ``sleep``, ``end``, ``pause``, ``patched``); ``Journal`` starts and reads
+  workflows; ``run_workflow`` replays one; ``cancel`` and ``fork`` change course.
+* **retries and failures**: ``RetryPolicy``, ``decide`` and the failure classes.
+* **waits and decisions**: ``approve``, ``reject``, ``answer``; ``waits``,
+  ``open_wait`` and ``named_wait`` read them.
 * **effects**, each taking the workflow first: ``send_guarded``,
-  ``send_at_most_once``, ``reconcile_then_send``, ``send_via_outbox``
-  (with ``destination`` and ``dispatch_outbox``), and ``effect_key``.
-* **people**: ``approve``, ``reject``, ``answer``.
-* **the outside world**: ``ScriptedModel`` and ``FakeLLM`` (models billed in
-  the ``Ledger``), ``KeyedService`` and ``UnkeyedService`` (subclass them),
-  ``Notifier`` and ``Payments``.
-* **the harness**: ``arm``, ``trip``, ``tracing``, ``run_in_child``,
-  ``worker_in_child``, and the crash lab: ``explore``, ``fuzz``,
-  ``step_map`` with the policies ``approve_all``, ``reject_all``, ``answers``.
+  ``send_at_most_once``, ``reconcile_then_send``, ``send_via_outbox`` (with
+  ``destination`` and ``dispatch_outbox``), and ``effect_key``.
+* **leases and the worker**: ``run_worker``, ``due_workflows``, ``Lease``,
+  ``check_lease``, ``new_owner``, ``owner_is_gone``; ``immediate`` for a
+  read-then-write transaction.
+
+The rest has public modules of its own: the outside world
+(``durable_kit.fakes``, ``durable_kit.ledger``), the harness
+(``durable_kit.faults``, ``durable_kit.runner``, ``durable_kit.crashlab``,
+``durable_kit.bench``) and the workshop (``durable_kit.lab``,
+``durable_kit.agents``, ``durable_kit.memory``, ``durable_kit.evaluation``).
+Importing ``durable_kit`` loads none of them but the fault hook, so it stays
+light: no crash lab, no pandas, matplotlib or ipywidgets.
 """
-from .crashlab import CrashLabError, answers, approve_all, explore, fuzz, reject_all, step_map
-from .effects import (destination, dispatch_outbox, effect_key, reconcile_then_send, send_at_most_once, send_guarded,
-                      send_via_outbox)
-from .fakes.llm import FakeLLM
-from .fakes.notifier import Notifier
-from .fakes.payments import Payments
-from .fakes.scripted import ScriptedModel
-from .fakes.service import KeyedService, UnkeyedService
-from .faults import CRASH_EXIT_CODE, InjectedFailure, arm, disarm_all, tracing, trip
+from . import faults  # noqa: F401  (installs the boundary hook: every process fires the faults armed for it)
+from .change import cancel, fork
 from .core.journal import Ended, Journal, Suspended, Workflow, WorkflowError, run_workflow, workflow
-from .core.leases import Lease, LeaseLost
-from .ledger import Ledger, ledger_path
+from .core.leases import Lease, LeaseLost, check_lease, new_owner, owner_is_gone
 from .core.retries import (AmbiguousEffect, FormatFailure, InvalidRequest, PolicyDenied, RateLimited, RetryPolicy,
-                      Transient)
-from .runner import run_in_child, worker_in_child
-from .core.store import NotJSON, SchemaMismatch, connect, immediate
-from .core.waits import DecisionConflict, NotWaiting, answer, approve, reject
+                           StepTimeout, Transient, decide)
+from .core.store import NotJSON, SchemaMismatch, immediate
+from .core.waits import DecisionConflict, NotWaiting, answer, approve, named_wait, open_wait, reject, waits
+from .core.worker import due_workflows, run_worker
+from .effects import (NOT_SENT, destination, dispatch_outbox, effect_key, reconcile_then_send, send_at_most_once,
+                      send_guarded, send_via_outbox)
 
 __all__ = [
-    "effect_key", "send_at_most_once", "send_via_outbox",
-    "CRASH_EXIT_CODE", "InjectedFailure", "arm", "disarm_all", "trip",
-    "Ended", "Journal", "Suspended", "Workflow", "WorkflowError", "run_workflow", "workflow",
-    "Lease", "LeaseLost",
-    "Ledger", "ledger_path",
-    "AmbiguousEffect", "FormatFailure", "InvalidRequest", "PolicyDenied", "RateLimited", "RetryPolicy", "Transient",
-    "NotJSON", "SchemaMismatch", "connect", "immediate",
-    "DecisionConflict", "NotWaiting", "answer", "approve", "reject",
-    # the effect helpers' full set, the fakes for your own agent, and the harness
-    "send_guarded", "reconcile_then_send", "destination", "dispatch_outbox",
-    "FakeLLM", "ScriptedModel", "KeyedService", "UnkeyedService", "Notifier", "Payments",
-    "tracing", "run_in_child", "worker_in_child",
-    "CrashLabError", "explore", "fuzz", "step_map", "approve_all", "reject_all", "answers",
+    "workflow", "Workflow", "Journal", "run_workflow", "cancel", "fork",
+    "RetryPolicy", "decide", "Transient", "RateLimited", "InvalidRequest", "FormatFailure", "AmbiguousEffect",
+    "PolicyDenied", "StepTimeout",
+    "approve", "reject", "answer", "waits", "open_wait", "named_wait", "NotWaiting", "DecisionConflict",
+    "effect_key", "send_guarded", "send_at_most_once", "reconcile_then_send", "send_via_outbox", "destination",
+    "dispatch_outbox", "NOT_SENT",
+    "run_worker", "due_workflows", "Lease", "LeaseLost", "check_lease", "new_owner", "owner_is_gone", "immediate",
+    "WorkflowError", "Suspended", "Ended", "NotJSON", "SchemaMismatch",
 ]

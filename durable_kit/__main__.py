@@ -98,9 +98,10 @@ def cmd_decide(args) -> int:
 
 def cmd_cancel(args) -> int:
     """Ask a workflow to stop at its next step boundary; a worker then runs its compensations."""
+    from .change import cancel
     from .core.journal import Journal
 
-    row = Journal(args.db, create=False).cancel(args.workflow, args.by, args.reason)
+    row = cancel(Journal(args.db, create=False), args.workflow, args.by, args.reason)
     first = json.loads(row["cancel_requested"])
     if args.json:
         print(json.dumps({"workflow_id": args.workflow, "status": row["status"], "cancel_requested": first}))
@@ -116,13 +117,14 @@ def cmd_cancel(args) -> int:
 def cmd_fork(args) -> int:
     """Start a new workflow from another's journal up to a step; the original is left as it is."""
     from . import agents  # noqa: F401  (registers the built-in workflows, for the version the fork records)
+    from .change import fork
     from .core.journal import Journal
     from .core.store import from_json_argument
 
     if args.module:
         load_module(args.module)
     new_input = from_json_argument(args.input, "--input", "nothing was forked.") if args.input else None
-    new_id = Journal(args.db, create=False).fork(args.workflow, args.new_id, args.up_to, args.by, new_input)
+    new_id = fork(Journal(args.db, create=False), args.workflow, args.new_id, args.up_to, args.by, new_input)
     print(json.dumps({"workflow_id": new_id, "forked_from": args.workflow, "up_to": args.up_to}) if args.json
           else f"{new_id}: forked from {args.workflow} up to {args.up_to}; a worker runs the rest")
     return 0
@@ -193,7 +195,7 @@ def cmd_status(args) -> int:
         origin = json.loads(wf["origin"])
         print(f"  forked from {origin['workflow']} up to step {origin['up_to']} by {origin['by']}")
     if wf["cancel_requested"] and wf["status"] != "cancelled":
-        from .change import too_late
+        from .core.journal import too_late
         from .core.leases import FINAL_STATUSES
 
         request = json.loads(wf["cancel_requested"])

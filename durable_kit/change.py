@@ -18,121 +18,15 @@ the original untouched.
 """
 from __future__ import annotations
 
-import hashlib
-import inspect
 import json
-import threading
-from typing import TYPE_CHECKING, Any, Callable
 
 from .errors import WorkflowError
+from .core.journal import VERSIONS, Journal
 from .core.leases import FINAL_STATUSES
-from .core.retries import RetryPolicy, Transient
-from .core.store import append_event, from_json, immediate, now, to_json
-
-if TYPE_CHECKING:
-    from .core.journal import Journal
-
-# A compensation is retried like a flaky call; it must happen, so once its tries are spent it pauses the
-# workflow for a person (``Workflow._compensation_failed``), never ends it.
-COMPENSATION_RETRY = RetryPolicy(max_attempts=5, base_delay=1.0, max_delay=30.0)
+from .core.store import append_event, immediate, now, to_json
 
 
-class StepTimeout(Transient):
-    """An attempt took longer than its step's ``timeout``; its late result is discarded."""
-
-
-def source_version(fn: Callable) -> str:
-    """A version for code that names none: ``src-`` and the first 12 hex digits of a hash of its source."""
-    try:
-        source = inspect.getsource(fn)
-    except (OSError, TypeError):  # defined where no source file is kept: fall back to its compiled code
-        source = repr(fn.__code__.co_code)
-    return "src-" + hashlib.sha256(source.encode()).hexdigest()[:12]
-
-
-def divergence(recorded: dict[int, dict], position: int, name: str, input_json: str | None,
-               wait: bool = False) -> str | None:
-    """What differs between the journal's step or wait at ``position`` and the one the code asks for; None if nothing.
-
-    Steps and waits share one order: a wait renamed, moved or removed after
-    the workflow passed it diverges as a step does.
-    """
-    here = recorded.get(position)
-    asked = "wait" if wait else "step"
-    if here is None:
-        elsewhere = next((p for p, r in recorded.items() if r["name"] == name), None)
-        if elsewhere is not None:
-            return (f"{asked} {name!r} is asked for at position {position}, but the journal recorded it at position "
-                    f"{elsewhere} ({'steps and waits' if wait else 'steps'} reordered)")
-        return None
-    if here["name"] != name or here["wait"] != wait:
-        later = any(p > position and r["name"] == name for p, r in recorded.items())
-        earlier = any(p < position and r["name"] == name for p, r in recorded.items())
-        if here["wait"] or wait:  # a wait is involved: say which is which
-            why = "reordered" if earlier else "removed, or reordered" if later else "renamed, inserted or removed"
-            return (f"at position {position} the journal recorded {'wait' if here['wait'] else 'step'} "
-                    f"{here['name']!r}, but the code asked for {asked} {name!r} ({why})")
-        why = ("steps reordered" if earlier else "a step removed, or steps reordered" if later
-               else "a step renamed, inserted or removed")
-        return (f"at position {position} the journal recorded step {here['name']!r}, but the code asked for "
-                f"{name!r} ({why})")
-    if here["status"] == "complete" and here["input"] != input_json:
-        return (f"step {name!r} completed with input {here['input']}, but the code now gives {input_json} "
-                "(its stored output belongs to the old input)")
-    return None
-
-
-def steps_left_over(recorded: dict[int, dict], last_position: int) -> str | None:
-    """At the end of a replay: the completed steps and decided waits the code no longer asked for, or None."""
-    left = [(p, r) for p, r in sorted(recorded.items())
-            if p > last_position and r["status"] in ("complete", "resolved")]
-    if not left:
-        return None
-    if not any(r["wait"] for _, r in left):
-        named = ", ".join(f"{r['name']!r} (position {p})" for p, r in left)
-        return f"the journal recorded completed steps the code no longer asks for: {named} (steps removed)"
-    named = ", ".join(f"{'wait' if r['wait'] else 'step'} {r['name']!r} (position {p})" for p, r in left)
-    return f"the journal recorded what the code no longer asks for: {named} (removed)"
-
-
-def within(seconds: float, activity: Callable[[], Any], workflow_id: str, step: str) -> Any:
-    """Run ``activity`` on a thread and wait at most ``seconds``; raise ``StepTimeout`` if it is not done.
-
-    What a timeout cannot do: stop the thread. A late activity keeps running
-    in this process and anything it sends meanwhile is still sent; only its
-    result is thrown away. Only ending the process stops it.
-    """
-    outcome: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            outcome["value"] = activity()
-        except BaseException as error:  # handed to the caller's thread below
-            outcome["error"] = error
-
-    thread = threading.Thread(target=run, name=f"{workflow_id}:{step}", daemon=True)
-    thread.start()
-    thread.join(seconds)
-    if thread.is_alive():
-        raise StepTimeout(f"workflow {workflow_id!r}, step {step!r}: no result after {seconds:g} s")
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["value"]
-
-
-COMPENSATION = "compensate:"  # a compensation's step name: this prefix and the name of the step it undoes
-
-# What a workflow that ended while a cancellation was asked for did instead, by its final status.
-ENDED_INSTEAD = {"complete": "completed", "escalated": "escalated", "stopped": "stopped", "rejected": "was rejected"}
-
-
-def too_late(status: str, request: dict) -> str:
-    """What ``status`` and ``history`` say of a cancellation that came after the workflow's last boundary."""
-    return (f"{ENDED_INSTEAD.get(status, status)} before the cancellation took effect "
-            f"(requested by {request['by']}: {request['reason']})")
-
-
-def cancel(journal: "Journal", workflow_id: str, by: str, reason: str) -> dict:
+def cancel(journal: Journal, workflow_id: str, by: str, reason: str) -> dict:
     """Ask a workflow to stop at its next step boundary and compensate; return its row.
 
     Cooperative: a running replay stops before its next new step or wait
@@ -172,13 +66,7 @@ def cancel(journal: "Journal", workflow_id: str, by: str, reason: str) -> dict:
     return journal.workflow(workflow_id)
 
 
-def patch_input(position: int) -> str:
-    """A patch decision's stored input: how many steps its replay had placed when it was decided (for ``fork``)."""
-    return json.dumps({"after_position": position})
-
-
-def fork(journal: "Journal", workflow_id: str, new_id: str, up_to: str, by: str, versions: dict[str, str],
-         input: dict | None = None) -> str:
+def fork(journal: Journal, workflow_id: str, new_id: str, up_to: str, by: str, input: dict | None = None) -> str:
     """Start ``new_id`` from ``workflow_id``'s journal: its completed steps up to and including ``up_to``.
 
     The new workflow reuses those outputs and the decisions recorded before
@@ -227,7 +115,7 @@ def fork(journal: "Journal", workflow_id: str, new_id: str, up_to: str, by: str,
         conn.execute("INSERT INTO workflows (id, kind, input, status, retry_budget, version, origin, created_at,"
                      " updated_at) VALUES (?, ?, ?, 'pending', ?, ?, ?, ?, ?)",
                      (new_id, original["kind"], input_json, original["retry_budget"],
-                      versions.get(original["kind"], original["version"]), origin, now(), now()))
+                      VERSIONS.get(original["kind"], original["version"]), origin, now(), now()))
         copied = conn.execute(
             "INSERT INTO steps (workflow_id, name, status, input, output, attempts, position, versions, started_at,"
             " completed_at) SELECT ?, name, status, input, output, 0, position, versions, started_at, completed_at"
@@ -253,9 +141,3 @@ def fork(journal: "Journal", workflow_id: str, new_id: str, up_to: str, by: str,
         append_event(conn, new_id, None, "workflow_forked",
                      f"from {workflow_id} up to {up_to} by {by}: {copied} completed steps reused")
     return new_id
-
-
-def describe_origin(origin_json: str | None) -> str | None:
-    """``forked from W up to STEP`` for a forked workflow's ``origin``, or None."""
-    origin = from_json(origin_json)
-    return origin and f"forked from {origin['workflow']} up to {origin['up_to']}"

@@ -45,9 +45,9 @@ import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from .faults import trip
-from .core.store import append_event, from_json, immediate, now, to_json
+from .core.store import append_event, boundary, from_json, immediate, now, to_json
 from .core.waits import wait_for
+from .core.worker import PASS_CHORES
 
 if TYPE_CHECKING:
     from .core.journal import Journal, Workflow
@@ -75,9 +75,9 @@ def send_guarded(wf: "Workflow", action: str, send: Callable[[], Any]) -> Any:
 
 
 def _between_fault_points(conn: sqlite3.Connection, workflow_id: str, action: str, send: Callable[[], Any]) -> Any:
-    trip(conn, f"before_send:{action}", workflow_id)
+    boundary(conn, f"before_send:{action}", workflow_id)
     result = send()
-    trip(conn, f"after_send:{action}", workflow_id)
+    boundary(conn, f"after_send:{action}", workflow_id)
     return result
 
 
@@ -203,3 +203,6 @@ def dispatch_outbox(journal: "Journal", log: Callable[[str], None] = print) -> i
             append_event(conn, row["workflow_id"], row["action"], "outbox_sent", row["key"])
         sent += 1
     return sent
+
+
+PASS_CHORES.append(dispatch_outbox)  # every worker's pass sends the outbox first

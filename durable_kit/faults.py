@@ -25,7 +25,7 @@ import sqlite3
 import time
 
 from .core.retries import Transient
-from .core.store import append_event, immediate
+from .core.store import BOUNDARY_HOOK, append_event, immediate
 
 CRASH_EXIT_CODE = 13
 ACTIONS = ("exit", "kill", "fail", "delay", "stop")
@@ -104,3 +104,7 @@ def trip(conn: sqlite3.Connection, point: str, workflow_id: str) -> None:
         os.kill(os.getpid(), signal.SIGSTOP)
         return
     raise InjectedFailure(f"injected failure at {point!r} in workflow {workflow_id!r}")
+
+
+# Every process that imports the kit fires armed faults at the core's boundaries (``store.boundary``).
+BOUNDARY_HOOK.update(trip=trip, every=tracing)

@@ -16,7 +16,8 @@ import os
 import time
 
 import durable_kit
-from durable_kit import KeyedService, effect_key
+from durable_kit import effect_key
+from durable_kit.fakes.service import KeyedService
 
 CODE = os.environ.get("DURABLE_KIT_MODEL_CODE", "v1")
 

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from durable_kit import Journal, arm
+from durable_kit import Journal
+from durable_kit.faults import arm
 
 from conftest import dump, run_python
 

@@ -5,8 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from durable_kit import Journal, arm
+from durable_kit import Journal
 from durable_kit.core.journal import VERSIONS, WORKFLOWS
+from durable_kit.faults import arm
 from durable_kit.lab import change_demo
 from durable_kit.lab.change_demo import (EXERCISE_KIND, NEW_MARKUP, OLD_MARKUP, Seats, charge_card,
                                          check_patched_trip, effects, hold_seat, quote, requests)

@@ -58,7 +58,8 @@ def test_bench_without_json_prints_aligned_tables():
 
 def test_arm_then_run_crashes_at_the_armed_point(tmp_path):
     import durable_kit.agents  # noqa: F401  (registers research_report in this process, as the CLI does)
-    from durable_kit import CRASH_EXIT_CODE, Journal
+    from durable_kit import Journal
+    from durable_kit.faults import CRASH_EXIT_CODE
 
     db = tmp_path / "wf.db"
     journal = Journal(db)

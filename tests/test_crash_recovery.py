@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import pytest
 
-from durable_kit import CRASH_EXIT_CODE, Journal, Ledger
+from durable_kit import Journal
 from durable_kit.fakes.llm import load_topics
+from durable_kit.faults import CRASH_EXIT_CODE
+from durable_kit.ledger import Ledger
 from durable_kit.runner import run_in_child
 
 TOPIC = "supplier concentration risk"

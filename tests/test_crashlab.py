@@ -9,18 +9,21 @@ from pathlib import Path
 
 import pytest
 
-from durable_kit import KeyedService, UnkeyedService, explore, fuzz, step_map, tracing, trip
-from durable_kit.crashlab import INVARIANTS, CrashLabError, answers, promise_violations, summarize
-from durable_kit.fakes.service import KeyReused, StaleToken
 from durable_kit.core.store import connect
+from durable_kit.crashlab import explore, fuzz, step_map
+from durable_kit.crashlab import INVARIANTS, CrashLabError, answers, promise_violations, summarize
+from durable_kit.fakes.service import KeyedService, UnkeyedService
+from durable_kit.fakes.service import KeyReused, StaleToken
+from durable_kit.faults import tracing, trip
 
 from conftest import ROOT, run_python
 
 TRAVEL = '''
 """A travel booking agent: a model proposes a flight, a keyed seat hold, an approval,
 a card charge without keys that reconciles first, an itinerary by a keyed mailer."""
-from durable_kit import (KeyedService, ScriptedModel, UnkeyedService, effect_key, reconcile_then_send,
-                         send_at_most_once, send_guarded, workflow)
+from durable_kit import effect_key, reconcile_then_send, send_at_most_once, send_guarded, workflow
+from durable_kit.fakes.scripted import ScriptedModel
+from durable_kit.fakes.service import KeyedService, UnkeyedService
 from travel_services import Cards, Mail, Seats
 
 SCRIPT = [{"when": {}, "action": {"tool": "propose", "args": {"flight": "LX318", "fare": 412.0}}}]
@@ -53,7 +56,7 @@ def trip(wf):
 '''
 
 SERVICES = '''
-from durable_kit import KeyedService, UnkeyedService
+from durable_kit.fakes.service import KeyedService, UnkeyedService
 
 
 class Seats(KeyedService):
@@ -411,7 +414,8 @@ def test_a_service_refuses_a_stale_fencing_token_for_its_key_and_does_nothing(tm
 
 
 FENCED = '''
-from durable_kit import KeyedService, UnkeyedService, effect_key, workflow
+from durable_kit import effect_key, workflow
+from durable_kit.fakes.service import KeyedService, UnkeyedService
 
 
 class Seats(KeyedService):

@@ -6,14 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from durable_kit import CRASH_EXIT_CODE, InjectedFailure, Journal, arm, run_workflow, workflow
+from durable_kit import Journal, run_workflow, workflow
+from durable_kit.change import cancel, fork
+from durable_kit.core.store import now
+from durable_kit.core.waits import waits
+from durable_kit.core.worker import run_due
 from durable_kit.effects import (DESTINATIONS, NOT_SENT, destination, dispatch_outbox, effect_key,
                                  reconcile_then_send, send_at_most_once, send_guarded, send_via_outbox)
 from durable_kit.fakes.notifier import Notifier, notifier_path
 from durable_kit.fakes.payments import KeyReused, Payments, payments_path
-from durable_kit.core.store import now
-from durable_kit.core.waits import waits
-from durable_kit.core.worker import run_due
+from durable_kit.faults import CRASH_EXIT_CODE, InjectedFailure, arm
 
 from conftest import dump, run_python
 
@@ -325,7 +327,7 @@ def test_a_cancellation_withdraws_a_delivery_no_dispatcher_has_tried(db, kinds, 
     journal = Journal(db)
     journal.start(outbox_kind(kinds, recorder.name), {}, "o1")
     assert run_workflow(journal, "o1") is None  # enqueued; the workflow waits for its receipt
-    journal.cancel("o1", "Dana", "wrong customer")
+    cancel(journal, "o1", "Dana", "wrong customer")
     run_workflow(journal, "o1")
     assert journal.workflow("o1")["status"] == "cancelled"
     assert outbox(db) == [("o1:notify", "notify", "withdrawn", 0, 0)]
@@ -333,7 +335,7 @@ def test_a_cancellation_withdraws_a_delivery_no_dispatcher_has_tried(db, kinds, 
     assert recorder.calls == []  # never sent
     before = dump(db)
     with pytest.raises(Exception, match="'notify' .* was withdrawn by its cancellation and will never be sent"):
-        journal.fork("o1", "o2", up_to="notify", by="Dana")
+        fork(journal, "o1", "o2", up_to="notify", by="Dana")
     assert dump(db) == before
     [cancelled] = [e for e in journal.history("o1") if e["event"] == "workflow_cancelled"]
     assert "withdrew the undelivered notify" in cancelled["detail"]
@@ -346,7 +348,7 @@ def test_a_cancellation_leaves_a_delivery_already_tried_to_arrive_and_says_so(db
     run_workflow(journal, "o1")
     assert dispatch_outbox(journal, lambda line: None) == 0
     assert outbox(db) == [("o1:notify", "notify", "pending", 1, 0)]
-    journal.cancel("o1", "Dana", "wrong customer")
+    cancel(journal, "o1", "Dana", "wrong customer")
     run_workflow(journal, "o1")
     [cancelled] = [e for e in journal.history("o1") if e["event"] == "workflow_cancelled"]
     assert "already tried, so it may still arrive: notify" in cancelled["detail"]

@@ -4,9 +4,9 @@ from __future__ import annotations
 import json
 
 from durable_kit import immediate, reconcile_then_send, send_at_most_once, send_guarded
-from durable_kit.lab import checks
 from durable_kit.core.retries import (AmbiguousEffect, FormatFailure, InvalidRequest, PolicyDenied, RateLimited,
                                  Transient)
+from durable_kit.lab import checks
 
 FINISHED = "SELECT output FROM steps WHERE workflow_id = ? AND name = ? AND status = 'complete'"
 
@@ -478,14 +478,14 @@ INSERT_STEP = ("INSERT INTO steps (workflow_id, name, status, output, attempts) 
 
 
 def save_with(fence):
-    from durable_kit.core.leases import check
+    from durable_kit.core.leases import check_lease
 
     def save(conn, lease, step, output):
         if fence == "before":
-            check(conn, lease)  # outside the write's transaction
+            check_lease(conn, lease)  # outside the write's transaction
         with immediate(conn):
             if fence == "inside":
-                check(conn, lease)
+                check_lease(conn, lease)
             conn.execute(INSERT_STEP, (lease.workflow_id, step, json.dumps(output)))
     return save
 
@@ -511,9 +511,9 @@ def test_fenced_write_refuses_no_check_a_check_before_begin_and_refusing_everyon
     assert said(capsys).startswith("not quite: the current owner's write was refused too (token 2 refused)")
 
     def autocommit_then_check(conn, lease, step, output):  # writes outside any transaction, then checks
-        from durable_kit.core.leases import check
+        from durable_kit.core.leases import check_lease
         conn.execute(INSERT_STEP, (lease.workflow_id, step, json.dumps(output)))
         conn.commit()
-        check(conn, lease)
+        check_lease(conn, lease)
     checks.check_fenced_write(autocommit_then_check)
     assert said(capsys).startswith("not quite: the refused write changed the steps table")

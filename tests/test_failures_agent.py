@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from durable_kit import Journal, Ledger, arm, immediate
+from durable_kit import Journal, immediate
 from durable_kit.agents.failures import ANSWER, CASES, describe, start_demo, work_until_settled
+from durable_kit.faults import arm
+from durable_kit.ledger import Ledger
 
 from conftest import make_due, run_python
 

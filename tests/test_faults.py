@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from durable_kit import InjectedFailure, Journal, arm, connect, disarm_all, trip
+from durable_kit import Journal
+from durable_kit.core.store import connect
+from durable_kit.faults import InjectedFailure, arm, disarm_all, trip
 
 from conftest import dump
 

@@ -19,14 +19,15 @@ from pathlib import Path
 import pytest
 
 import durable_kit
-from durable_kit import Ended, Journal, Ledger, RetryPolicy, Suspended, Transient, run_workflow
+from durable_kit import Ended, Journal, RetryPolicy, Suspended, Transient, run_workflow
 from durable_kit.agents.shared_work import (activity_runs, all_complete, contention, finish, popen_worker, run_all,
                                             start_work, wait_until)
-from durable_kit.effects import send_at_most_once, send_via_outbox
 from durable_kit.core.leases import (FINAL_STATUSES, Heartbeat, LeaseLost, grant, machine, new_owner, owner_is_gone, release,
                                 renew, revoke_abandoned)
 from durable_kit.core.store import BEGIN_ATTEMPTS, DB_NOW, connect, immediate
 from durable_kit.core.worker import claim_next, recover_abandoned
+from durable_kit.effects import send_at_most_once, send_via_outbox
+from durable_kit.ledger import Ledger
 
 from conftest import dump, run_python
 
@@ -366,19 +367,24 @@ def test_one_thread_renews_every_lease_of_the_process(db):
 
 # --- renew, release and the heartbeat ---
 
+def renewed(conn, lease):
+    with immediate(conn):
+        return renew(conn, lease)
+
+
 def test_renew_pushes_the_expiry_and_refuses_a_stale_lease(db):
     journal = Journal(db)
     journal.start("test_leases.none", {}, "w", registered_elsewhere=True)
     lease = grant(journal.conn, "w", "me:1:x", 5.0)
     journal.conn.execute(f"UPDATE workflows SET lease_expires_at = {DB_NOW} + 1 WHERE id = 'w'")
-    assert renew(journal.conn, lease) is True
+    assert renewed(journal.conn, lease) is True
     assert 4.5 < lease_row(journal.conn)["left"] <= 5.0
 
     newer = grant(journal.conn, "w", THIEF, 60.0, only_if_due=False)
     held = lease_row(journal.conn)
-    assert renew(journal.conn, lease) is False
+    assert renewed(journal.conn, lease) is False
     assert lease_row(journal.conn)["lease_expires_at"] == held["lease_expires_at"]
-    assert renew(journal.conn, newer) is True
+    assert renewed(journal.conn, newer) is True
 
 
 def test_release_clears_owner_and_expiry_only_for_the_current_token(db):

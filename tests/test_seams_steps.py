@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from durable_kit import Journal, approve, arm
+from durable_kit import Journal, approve
+from durable_kit.faults import arm
 
 from conftest import kit
 

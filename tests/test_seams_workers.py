@@ -68,7 +68,7 @@ def crashes_until_fixed(wf):
 
 if os.environ.get("RENEWAL_RAISES_ONCE"):  # the renewer thread meets an exception it does not expect, once
     marker = Path(os.environ["RENEWAL_RAISES_ONCE"])
-    real_renew_row = durable_kit.core.leases._renew_row
+    real_renew_row = durable_kit.core.leases.renew
 
     def renew_row(conn, lease):
         if not marker.exists():
@@ -76,7 +76,7 @@ if os.environ.get("RENEWAL_RAISES_ONCE"):  # the renewer thread meets an excepti
             raise RuntimeError("a bug in the renewal")
         return real_renew_row(conn, lease)
 
-    durable_kit.core.leases._renew_row = renew_row
+    durable_kit.core.leases.renew = renew_row
 '''
 
 

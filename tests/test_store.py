@@ -6,7 +6,8 @@ import sqlite3
 
 import pytest
 
-from durable_kit import NotJSON, SchemaMismatch, connect, immediate
+from durable_kit import NotJSON, SchemaMismatch, immediate
+from durable_kit.core.store import connect
 from durable_kit.core.store import SCHEMA_VERSION, from_json, to_json
 
 from conftest import dump

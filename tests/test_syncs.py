@@ -123,7 +123,7 @@ def test_outside_a_replay_the_journal_commits_at_its_own_level(db, kinds):
     journal.start(kind, {}, "w")
     run_workflow(journal, "w")
     decided = record_commits(journal, lambda: (approve(journal, "w", by="Dana", wait="go"),
-                                               journal.cancel("w", by="Dana", reason="not needed")))
+                                               durable_kit.cancel(journal, "w", by="Dana", reason="not needed")))
     assert decided == [("UPDATE waits SET status = 'resolved'", "by SQLite"),
                        ("UPDATE workflows SET cancel_requested", "by SQLite")]
 

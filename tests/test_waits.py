@@ -15,7 +15,8 @@ from durable_kit import Journal, Workflow, WorkflowError, run_workflow
 from durable_kit.core import waits as waits_module
 from durable_kit.core.waits import (DecisionConflict, NotWaiting, answer, approve, describe_outcome, open_wait, reject,
                                waits)
-from durable_kit.core.worker import claim, due_workflows, run_due
+from durable_kit.core.leases import grant, new_owner
+from durable_kit.core.worker import due_workflows, run_due
 
 from conftest import ROOT, dump, plain
 
@@ -75,7 +76,7 @@ def test_reaching_an_approval_saves_one_open_wait_and_no_run_time(journal, gated
 
     # Nothing is due: a worker has nothing to claim and nothing to hold.
     assert due_workflows(journal) == []
-    assert claim(journal, "g1") is None
+    assert grant(journal.conn, "g1", new_owner()) is None
     before = dump(journal.path)
     assert run_due(journal, quiet) == 0
     assert dump(journal.path) == before
@@ -312,7 +313,7 @@ def test_a_timer_is_stored_once_and_passes_only_when_its_time_has_come(journal, 
 
     # Before its time: not due, not claimable, and a replay does not pass it or move it.
     assert due_workflows(journal) == []
-    assert claim(journal, "t1") is None
+    assert grant(journal.conn, "t1", new_owner()) is None
     assert run_due(journal, quiet) == 0
     assert run_workflow(journal, "t1") is None
     assert waits(journal, "t1") == [wait]

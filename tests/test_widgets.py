@@ -5,8 +5,8 @@ import pytest
 
 from durable_kit import Journal, run_workflow
 from durable_kit.agents import research  # noqa: F401  (registers reviewed_report)
-from durable_kit.fakes.notifier import Notifier
 from durable_kit.core.waits import approve
+from durable_kit.fakes.notifier import Notifier
 
 from conftest import dump
 

@@ -12,10 +12,13 @@ import pytest
 
 import durable_kit
 import durable_kit.agents  # noqa: F401  (registers research_report for in-process runs)
-from durable_kit import Journal, Ledger, arm
-from durable_kit.ledger import ledger_path
+from durable_kit import Journal
 from durable_kit.core.retries import PolicyDenied, RateLimited, RetryPolicy, Transient
-from durable_kit.core.worker import claim, due_workflows, recover_abandoned, run_due, run_worker
+from durable_kit.core.leases import grant, new_owner
+from durable_kit.core.worker import due_workflows, recover_abandoned, run_due, run_worker
+from durable_kit.faults import arm
+from durable_kit.ledger import Ledger
+from durable_kit.ledger import ledger_path
 
 from conftest import ROOT, make_due, run_python, wait_until
 
@@ -72,9 +75,9 @@ def test_claim_is_atomic_across_connections(db):
     first, second = Journal(db), Journal(db)
     first.start("research_report", {"topic": "t"}, "wf-1")
     assert due_workflows(first) == due_workflows(second) == ["wf-1"]
-    assert claim(first, "wf-1").token == 1
-    assert claim(second, "wf-1") is None
-    assert claim(first, "wf-1") is None
+    assert grant(first.conn, "wf-1", new_owner()).token == 1
+    assert grant(second.conn, "wf-1", new_owner()) is None
+    assert grant(first.conn, "wf-1", new_owner()) is None
     assert second.workflow("wf-1")["status"] == "running"
     assert due_workflows(second) == []
 
@@ -83,8 +86,8 @@ def test_claim_refuses_a_workflow_that_is_not_due(db):
     journal = Journal(db)
     journal.start("research_report", {"topic": "t"}, "later")
     journal.conn.execute("UPDATE workflows SET next_run_at = ? WHERE id = 'later'", (time.time() + 3600,))
-    assert claim(journal, "later") is None
-    assert claim(journal, "no-such-workflow") is None
+    assert grant(journal.conn, "later", new_owner()) is None
+    assert grant(journal.conn, "no-such-workflow", new_owner()) is None
     assert journal.workflow("later")["status"] == "pending"
 
 
@@ -268,14 +271,17 @@ def test_a_scheduled_retry_survives_worker_restarts(tmp_path):
     assert plan["next_attempt_at"] == wf["next_run_at"] > time.time()
     assert model_calls(db, "r1") == 0
 
-    # A restarted worker before the time: nothing runs, nothing changes.
+    # A restarted worker before the time: nothing runs, nothing changes. The retry is moved an hour away first,
+    # so a slow start of the next process cannot reach it.
+    make_due(db, "r1", hours=-1)
+    plan, wf = steps(journal, "r1")["plan"], journal.workflow("r1")
     second = cli("worker", "--db", str(db), "--until-idle")
     assert second.stdout.splitlines() == ["worker stopped"]
     assert steps(journal, "r1")["plan"] == plan
     assert journal.workflow("r1") == wf
     assert model_calls(db, "r1") == 0
 
-    make_due(db, "r1")
+    make_due(db, "r1", hours=2)
     third = cli("worker", "--db", str(db), "--until-idle")
     assert third.stdout.splitlines() == ["r1: complete", "worker stopped"]
     by_name = steps(journal, "r1")

@@ -12,13 +12,14 @@ from __future__ import annotations
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
+from .. import Journal, immediate
 from ..faults import arm, disarm_all, trip
 from ..fakes.llm import FakeLLM
 from ..fakes.sources import FixtureSource, SourceUnavailable, load_filings
 from ..ledger import Ledger
-from ..core.store import connect, immediate, now
 
 QUESTION = "How does the company describe supplier concentration risk?"
 CRASH_POINTS = ("after_fetch", "after_evidence", "after_finding")
@@ -55,7 +56,7 @@ class NotWaiting(ValueError):
 
 def open_checkpoints(db_path: str | Path):
     """Connect and create the research tables if needed."""
-    conn = connect(db_path)
+    conn = Journal(db_path).conn  # the kit's SQLite settings (WAL, FULL sync), beside its tables
     with immediate(conn):
         for statement in CHECKPOINT_SCHEMA.split(";"):
             if statement.strip():
@@ -66,7 +67,7 @@ def open_checkpoints(db_path: str | Path):
 def _set_status(conn, run_id: str, status: str, question: str | None = None) -> None:
     with immediate(conn):
         conn.execute("UPDATE research_runs SET status = ?, question = ?, updated_at = ? WHERE id = ?",
-                     (status, question, now(), run_id))
+                     (status, question, time.time(), run_id))
 
 
 def research_filing(db_path: str | Path, run_id: str, company: str, period: str | None = None,
@@ -80,7 +81,7 @@ def research_filing(db_path: str | Path, run_id: str, company: str, period: str 
     ledger = Ledger.beside(db_path)
     with immediate(conn):
         conn.execute("INSERT OR IGNORE INTO research_runs (id, company, period, status, updated_at)"
-                     " VALUES (?, ?, ?, 'running', ?)", (run_id, company, period, now()))
+                     " VALUES (?, ?, ?, 'running', ?)", (run_id, company, period, time.time()))
         run = conn.execute("SELECT * FROM research_runs WHERE id = ?", (run_id,)).fetchone()
     period = run["period"] or run["answer"]
     if period is None:
@@ -127,7 +128,7 @@ def answer_clarification(db_path: str | Path, run_id: str, answer: str) -> None:
             raise NotWaiting(f"run {run_id!r} is {status}, not waiting for an answer; nothing was saved. "
                              "Check the run's status before answering.")
         conn.execute("UPDATE research_runs SET answer = ?, question = NULL, updated_at = ? WHERE id = ?",
-                     (answer, now(), run_id))
+                     (answer, time.time(), run_id))
 
 
 def saved_state(db_path: str | Path, run_id: str = "filings-1") -> dict:

@@ -25,10 +25,9 @@ import sys
 import time
 from pathlib import Path
 
-from ..core.journal import Journal, Workflow, workflow
+from .. import (AmbiguousEffect, FormatFailure, InvalidRequest, Journal, PolicyDenied, RateLimited, RetryPolicy,
+                Transient, Workflow, workflow)
 from ..ledger import Ledger
-from ..core.retries import (AmbiguousEffect, FormatFailure, InvalidRequest, PolicyDenied, RateLimited, RetryPolicy,
-                       Transient)
 
 QUESTION = "How concentrated is Northwind's supplier base?"
 ANSWER = "One supplier provided 38% of Northwind's component spend in fiscal 2025."

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .. import Journal
 from ..faults import trip
 from ..fakes.llm import FakeLLM
 from ..ledger import Ledger
-from ..core.store import connect
 
 
 def research_in_memory(db_path: str | Path, topic: str) -> dict:
@@ -19,7 +19,7 @@ def research_in_memory(db_path: str | Path, topic: str) -> dict:
     The database is used for one thing: to read armed crash points
     (``after:plan``, ``after:research:<subtopic>``, ``after:analyze``, ...).
     """
-    conn = connect(db_path)
+    conn = Journal(db_path).conn
     llm = FakeLLM(Ledger.beside(db_path), workflow_id="fragile")
 
     def boundary(name: str) -> None:

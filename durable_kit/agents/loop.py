@@ -25,17 +25,17 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from .. import Journal, Workflow, waits, workflow
 from ..fakes import data_dir
 from ..fakes.scripted import SCRIPTED_MODEL, ProviderUnavailable, ScriptedModel, cost_of
 from ..fakes.sources import load_filings
-from ..core.journal import Journal, Workflow, workflow
 from ..ledger import Ledger, ledger_path
 from ..memory import DanglingReference, EvidenceStore, Passage, recall, resume_context
-from ..core.store import from_json, now
 
 TOOLS = ("search", "read", "note_finding", "ask_user", "recall", "finish")
 
@@ -239,9 +239,8 @@ def replay_state(journal: Journal, workflow_id: str, upto_turn: int | None = Non
 
 
 def _resolved_waits(journal: Journal, workflow_id: str) -> list[dict]:
-    rows = journal.conn.execute("SELECT name, decision FROM waits WHERE workflow_id = ? AND status = 'resolved'",
-                                (workflow_id,))
-    return [{"name": r["name"], "decision": from_json(r["decision"])} for r in rows]
+    return [{"name": w["name"], "decision": w["decision"]} for w in waits(journal, workflow_id)
+            if w["status"] == "resolved"]
 
 
 # ---- cost and time across attempts -----------------------------------------------------------------------------
@@ -313,7 +312,7 @@ def _execution_seconds(events: list[dict]) -> float:
 def _person_seconds(journal: Journal, workflow_id: str) -> float:
     rows = journal.conn.execute("SELECT created_at, resolved_at FROM waits WHERE workflow_id = ?"
                                 " AND kind IN ('approval', 'clarification')", (workflow_id,))
-    return sum((r["resolved_at"] or now()) - r["created_at"] for r in rows)
+    return sum((r["resolved_at"] or time.time()) - r["created_at"] for r in rows)
 
 
 def _spans(events: list[dict], opened: str, closed: str) -> float:
@@ -323,7 +322,7 @@ def _spans(events: list[dict], opened: str, closed: str) -> float:
             since = event["at"]
         elif event["event"] == closed and since is not None:
             total, since = total + event["at"] - since, None
-    return total + (now() - since if since is not None else 0.0)
+    return total + (time.time() - since if since is not None else 0.0)
 
 
 def usage_for_status(db_path: str | Path, workflow: dict) -> dict:

@@ -24,10 +24,9 @@ import sys
 import time
 from pathlib import Path
 
+from .. import Journal
 from ..faults import arm
 from ..fakes.payments import payments_path
-from ..core.journal import Journal
-from ..core.store import DB_NOW
 from .refunds import STRATEGIES
 
 WORKFLOW_ID = "refund-A-1001"
@@ -88,7 +87,7 @@ def _lease_expired(journal: Journal) -> bool:
 
     The outbox's dispatcher sends under no lease: a workflow waiting for its delivery holds none.
     """
-    row = journal.conn.execute(f"SELECT COALESCE(lease_expires_at < {DB_NOW}, 1) FROM workflows WHERE id = ?",
+    row = journal.conn.execute("SELECT COALESCE(lease_expires_at < (julianday('now') - 2440587.5) * 86400.0, 1) FROM workflows WHERE id = ?",
                                (WORKFLOW_ID,)).fetchone()
     return bool(row[0])
 

@@ -27,18 +27,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from ..effects import (NOT_SENT, destination, effect_key, reconcile_then_send, send_at_most_once, send_guarded,
-                       send_via_outbox)
+from .. import (InvalidRequest, Journal, NOT_SENT, RetryPolicy, Workflow, destination, effect_key,
+                reconcile_then_send, send_at_most_once, send_guarded, send_via_outbox, waits, workflow)
 from ..faults import arm, trip
 from ..fakes.llm import MODEL_NAME, FakeLLM
 from ..fakes.notifier import Notifier
 from ..fakes.payments import Payments
 from ..fakes.sources import OrderDesk
-from ..core.journal import Journal, Workflow, workflow
 from ..ledger import Ledger
-from ..core.retries import InvalidRequest, RetryPolicy
 from ..runner import worker_in_child
-from ..core.waits import waits
 
 STRATEGIES = ("naive", "reservation", "destination_key", "outbox", "reconciliation")
 VERSIONS = {"workflow": "refund-agent-1", "prompt": "refund-recommendation-2", "model": MODEL_NAME}

@@ -10,12 +10,10 @@ A rejection ends the workflow as *rejected*: no report, no notification.
 """
 from __future__ import annotations
 
-from ..effects import NOT_SENT, send_at_most_once
+from .. import NOT_SENT, RetryPolicy, Workflow, send_at_most_once, workflow
 from ..fakes.llm import FakeLLM
 from ..fakes.notifier import Notifier
-from ..core.journal import Workflow, workflow
 from ..ledger import Ledger
-from ..core.retries import RetryPolicy
 
 MODEL_RETRY = RetryPolicy(max_attempts=3, base_delay=1.0, max_delay=30.0)
 

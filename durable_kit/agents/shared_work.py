@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ..core.journal import Journal, Workflow, workflow
+from .. import Journal, Workflow, workflow
 from ..ledger import Ledger, ledger_path
 
 

@@ -46,6 +46,8 @@ statement per change.
 """
 from __future__ import annotations
 
+import hashlib
+import inspect
 import json
 import os
 import sqlite3
@@ -57,15 +59,14 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import change
 from . import waits
 from ..errors import Ended, LeaseLost, NonDeterminism, Suspended, WorkflowError, is_storage_fault
-from ..faults import tracing, trip
-from .leases import FINAL_STATUSES, LET_GO, Heartbeat, Lease, check, new_owner, release, superseded, take
-from .retries import TAKEN_OVER_BY_STEP, Crashed, FormatFailure, InvalidRequest, RetryPolicy, decide, record_failure
+from .leases import FINAL_STATUSES, LET_GO, Heartbeat, Lease, check_lease, new_owner, release, superseded, take
+from .retries import (TAKEN_OVER_BY_STEP, Crashed, FormatFailure, InvalidRequest, RetryPolicy, decide, record_failure,
+                      within)
 from ..redact import redact, register_secret
-from .store import (DB_NOW, append_event, connect, connect_read_only, encode, from_json, immediate, now, to_json,
-                    write)
+from .store import (DB_NOW, append_event, boundary, connect, connect_read_only, encode, every_boundary, from_json,
+                    immediate, now, to_json, write)
 
 WORKFLOWS: dict[str, Callable[["Workflow"], Any]] = {}
 VERSIONS: dict[str, str] = {}  # kind -> the code version a new workflow of that kind records
@@ -77,17 +78,26 @@ MAX_RETRY_BUDGET = 1_000_000  # retries a workflow may be given across all its s
 CRASH_LIMIT = RetryPolicy(max_attempts=3)
 
 
+def source_version(fn: Callable) -> str:
+    """A version for code that names none: ``src-`` and the first 12 hex digits of a hash of its source."""
+    try:
+        source = inspect.getsource(fn)
+    except (OSError, TypeError):  # defined where no source file is kept: fall back to its compiled code
+        source = repr(fn.__code__.co_code)
+    return "src-" + hashlib.sha256(source.encode()).hexdigest()[:12]
+
+
 def workflow(kind: str, version: str | None = None, inputs: dict[str, type] | None = None) -> Callable:
     """Register a workflow function under ``kind`` so any process can run it by name.
 
     ``version`` names the code; without it, a hash of the function's source
-    (``change.source_version``). A workflow records the version it started
+    (``source_version``). A workflow records the version it started
     under. ``inputs`` declares the input keys it needs and their types:
     ``Journal.start`` refuses an input without them.
     """
     def register(fn: Callable[["Workflow"], Any]) -> Callable[["Workflow"], Any]:
         WORKFLOWS[kind] = fn
-        VERSIONS[kind] = version or change.source_version(fn)
+        VERSIONS[kind] = version or source_version(fn)
         INPUTS[kind] = dict(inputs or {})
         return fn
     return register
@@ -323,17 +333,74 @@ class Journal:
         self.conn.execute("VACUUM")
         return counts
 
-    def cancel(self, workflow_id: str, by: str, reason: str) -> dict:
-        """Ask the workflow to stop at its next step boundary and undo its effects (``change.cancel``)."""
-        return change.cancel(self, workflow_id, by, reason)
-
-    def fork(self, workflow_id: str, new_id: str, up_to: str, by: str, input: dict | None = None) -> str:
-        """Start a new workflow that reuses this one's steps up to and including ``up_to`` (``change.fork``)."""
-        return change.fork(self, workflow_id, new_id, up_to, by, VERSIONS, input)
-
     def _event(self, workflow_id: str, step: str | None, event: str, detail: str | None = None) -> None:
         # Callers hold a transaction: the event commits with the state change it describes.
         append_event(self.conn, workflow_id, step, event, detail)
+
+
+# A compensation is retried like a flaky call; it must happen, so once its tries are spent it pauses the
+# workflow for a person (``Workflow._compensation_failed``), never ends it.
+COMPENSATION_RETRY = RetryPolicy(max_attempts=5, base_delay=1.0, max_delay=30.0)
+COMPENSATION = "compensate:"  # a compensation's step name: this prefix and the name of the step it undoes
+
+# What a workflow that ended while a cancellation was asked for did instead, by its final status.
+ENDED_INSTEAD = {"complete": "completed", "escalated": "escalated", "stopped": "stopped", "rejected": "was rejected"}
+
+
+def too_late(status: str, request: dict) -> str:
+    """What ``status`` and ``history`` say of a cancellation that came after the workflow's last boundary."""
+    return (f"{ENDED_INSTEAD.get(status, status)} before the cancellation took effect "
+            f"(requested by {request['by']}: {request['reason']})")
+
+
+def patch_input(position: int) -> str:
+    """A patch decision's stored input: how many steps its replay had placed when it was decided (for ``fork``)."""
+    return json.dumps({"after_position": position})
+
+
+def divergence(recorded: dict[int, dict], position: int, name: str, input_json: str | None,
+               wait: bool = False) -> str | None:
+    """What differs between the journal's step or wait at ``position`` and the one the code asks for; None if nothing.
+
+    Steps and waits share one order: a wait renamed, moved or removed after
+    the workflow passed it diverges as a step does.
+    """
+    here = recorded.get(position)
+    asked = "wait" if wait else "step"
+    if here is None:
+        elsewhere = next((p for p, r in recorded.items() if r["name"] == name), None)
+        if elsewhere is not None:
+            return (f"{asked} {name!r} is asked for at position {position}, but the journal recorded it at position "
+                    f"{elsewhere} ({'steps and waits' if wait else 'steps'} reordered)")
+        return None
+    if here["name"] != name or here["wait"] != wait:
+        later = any(p > position and r["name"] == name for p, r in recorded.items())
+        earlier = any(p < position and r["name"] == name for p, r in recorded.items())
+        if here["wait"] or wait:  # a wait is involved: say which is which
+            why = "reordered" if earlier else "removed, or reordered" if later else "renamed, inserted or removed"
+            return (f"at position {position} the journal recorded {'wait' if here['wait'] else 'step'} "
+                    f"{here['name']!r}, but the code asked for {asked} {name!r} ({why})")
+        why = ("steps reordered" if earlier else "a step removed, or steps reordered" if later
+               else "a step renamed, inserted or removed")
+        return (f"at position {position} the journal recorded step {here['name']!r}, but the code asked for "
+                f"{name!r} ({why})")
+    if here["status"] == "complete" and here["input"] != input_json:
+        return (f"step {name!r} completed with input {here['input']}, but the code now gives {input_json} "
+                "(its stored output belongs to the old input)")
+    return None
+
+
+def steps_left_over(recorded: dict[int, dict], last_position: int) -> str | None:
+    """At the end of a replay: the completed steps and decided waits the code no longer asked for, or None."""
+    left = [(p, r) for p, r in sorted(recorded.items())
+            if p > last_position and r["status"] in ("complete", "resolved")]
+    if not left:
+        return None
+    if not any(r["wait"] for _, r in left):
+        named = ", ".join(f"{r['name']!r} (position {p})" for p, r in left)
+        return f"the journal recorded completed steps the code no longer asks for: {named} (steps removed)"
+    named = ", ".join(f"{'wait' if r['wait'] else 'step'} {r['name']!r} (position {p})" for p, r in left)
+    return f"the journal recorded what the code no longer asks for: {named} (removed)"
 
 
 # What a replay reads once: every step, and every wait's place in the order (one statement).
@@ -355,7 +422,7 @@ class Workflow:
 
     def __init__(self, journal: Journal, row: dict, lease: Lease | None = None, heartbeat: Heartbeat | None = None):
         self.journal, self.conn, self.lease, self.heartbeat = journal, journal.conn, lease, heartbeat
-        self.id, self.kind, self.input, self.status = row["id"], row["kind"], row["input"], row["status"]
+        self.id, self.kind, self.input = row["id"], row["kind"], row["input"]
         self.db_path, self.version = journal.path, row["version"]
         # One read per replay: every later lookup is a dictionary access.
         self._outputs, self._not_before, self._repairs, self._interrupted = {}, {}, {}, {}
@@ -365,7 +432,7 @@ class Workflow:
         self._cancelling = False
         self.released = False  # set by the write that gave the lease up
         self._token_synced = False  # whether this replay's grant was put on disk (``fencing_token``)
-        self._tracing = tracing()  # read once a replay: every boundary is tripped while it is true
+        self._tracing = every_boundary()  # read once a replay: every boundary is reached while it is true
         self._thread = threading.get_ident()  # the thread that may use ``conn``
         self._recorded: set[str] = set()  # names with a row: a step without one starts by the first-attempt statement
         for r in self.conn.execute(RECORDED, (self.id,)):
@@ -536,7 +603,7 @@ class Workflow:
             inserted = self.conn.execute(  # its input: how many steps came before it, for a fork (``change.fork``)
                 "INSERT INTO steps (workflow_id, name, status, input, output, attempts, started_at, completed_at)"
                 " VALUES (?, ?, 'complete', ?, ?, 1, ?, ?) ON CONFLICT (workflow_id, name) DO NOTHING",
-                (self.id, key, change.patch_input(self._position), json.dumps(new_path), now(), now())).rowcount
+                (self.id, key, patch_input(self._position), json.dumps(new_path), now(), now())).rowcount
             if inserted:
                 self.journal._event(self.id, key, "patch_decided", "new path" if new_path else "old path (replaying "
                                     "a history written before the change)")
@@ -548,7 +615,7 @@ class Workflow:
     def _place(self, name: str, input_json: str | None, wait: bool = False) -> int:
         """Give the next step (or wait) its position; block the workflow if the journal recorded something else there."""
         self._position += 1
-        problem = change.divergence(self._by_position, self._position, name, input_json, wait)
+        problem = divergence(self._by_position, self._position, name, input_json, wait)
         if problem:
             self._block(problem)
         return self._position
@@ -569,7 +636,7 @@ class Workflow:
 
     def _at_frontier(self) -> bool:
         """True where this replay has gone past every step it recorded (its compensations aside): a new boundary."""
-        return not any(position > self._position and not recorded["name"].startswith(change.COMPENSATION)
+        return not any(position > self._position and not recorded["name"].startswith(COMPENSATION)
                        for position, recorded in self._by_position.items())
 
     def _cancel_instead_of_failing(self) -> None:
@@ -604,8 +671,8 @@ class Workflow:
         self._cancelling = True
         undone = []
         for name, undo, output in reversed(self._compensations):  # newest first, each a durable step of its own
-            self.execute_step(f"{change.COMPENSATION}{name}", partial(undo, output), {"undoes": name},
-                              retry=change.COMPENSATION_RETRY)
+            self.execute_step(f"{COMPENSATION}{name}", partial(undo, output), {"undoes": name},
+                              retry=COMPENSATION_RETRY)
             undone.append(name)
         reason = f"cancelled by {request['by']}: {request['reason']}"
         with self._write(last=True):
@@ -665,7 +732,7 @@ class Workflow:
             first_error: Exception | None = None
             runnable = {name: to_run[name] for name in started if started[name] is not None}
             if any("next_step" in started[name] for name in runnable):
-                trip(self.conn, "next_step", self.id)
+                boundary(self.conn, "next_step", self.id)
             with ThreadPoolExecutor(max_workers=max(1, min(max_threads, len(runnable)))) as pool:
                 futures = {pool.submit(fn): name for name, fn in runnable.items()}
                 for future in as_completed(futures):  # commit each branch as it finishes, in this thread
@@ -718,7 +785,7 @@ class Workflow:
         if starting and self.heartbeat is not None and self.heartbeat.gave_up:
             raise LeaseLost(f"workflow {self.id!r}: this process's heartbeat could not renew its lease "
                             f"(token {self.lease.token}); it starts no new attempt and nothing was written.")
-        check(self.conn, self.lease, live=starting)
+        check_lease(self.conn, self.lease, live=starting)
 
     def _claim_name(self, name: str) -> None:
         if name in self._names_seen:
@@ -800,7 +867,7 @@ class Workflow:
                 self._record_pause(stuck)
             if decision is not None and (stuck or decision.path != "fail"):  # a schedule, a pause or an end
                 self._let_go(conn)
-        trip(self.conn, f"after_failure:{name}", self.id)
+        boundary(self.conn, f"after_failure:{name}", self.id)
         if decision is None:
             return self._adopt_recorded_output(name)
         if stuck:
@@ -827,7 +894,7 @@ class Workflow:
             (self.id, name)).fetchone()
         if row is None:
             return None
-        policy = retry or change.COMPENSATION_RETRY
+        policy = retry or COMPENSATION_RETRY
         decision = decide(error, row["attempts"], policy, row["budget_left"])
         if decision.path == "retry":
             return None
@@ -853,8 +920,8 @@ class Workflow:
                      timeout: float | None = None) -> tuple[str, Any]:
         """Run the activity of a started attempt; its output as JSON (not yet stored) and decoded."""
         if "next_step" in armed:
-            trip(self.conn, "next_step", self.id)
-        result = activity() if timeout is None else change.within(timeout, activity, self.id, name)
+            boundary(self.conn, "next_step", self.id)
+        result = activity() if timeout is None else within(timeout, activity, self.id, name)
         return self._encode_output(name, result, armed)
 
     def _encode_output(self, name: str, result: Any, armed: set[str]) -> tuple[str, Any]:
@@ -862,7 +929,7 @@ class Workflow:
         encoded = encode(result, self.id, name, "activity's output",
                          "The output was not stored; the step runs again on the next replay.")
         if armed and f"after_activity:{name}" in armed:
-            trip(self.conn, f"after_activity:{name}", self.id)
+            boundary(self.conn, f"after_activity:{name}", self.id)
         return encoded
 
     def _start_attempt(self, name: str, input_json: str, repair_message: str | None,
@@ -944,7 +1011,7 @@ class Workflow:
             return self._adopt_recorded_output(name)
         self._synced()
         if armed and f"after_commit:{name}" in armed:
-            trip(self.conn, f"after_commit:{name}", self.id)
+            boundary(self.conn, f"after_commit:{name}", self.id)
         self._outputs[name] = output_json
         return decoded
 
@@ -982,7 +1049,7 @@ class Workflow:
         pending, one statement (``COMPLETE``) that also checks the token.
         """
         output_json, decoded = encode(output, self.id, None, "workflow's output")
-        problem = change.steps_left_over(self._by_position, self._position)
+        problem = steps_left_over(self._by_position, self._position)
         if problem:
             self._block(problem)
         parameters = (self.id, output_json, now(), os.getpid())
@@ -1002,7 +1069,7 @@ class Workflow:
         # Inside the write that ended the workflow: a cancellation asked for meanwhile took no effect; say so.
         if row is not None and row["cancel_requested"] is not None:
             self.journal._event(self.id, None, "cancel_too_late",
-                                change.too_late(status, json.loads(row["cancel_requested"])))
+                                too_late(status, json.loads(row["cancel_requested"])))
 
     def fail(self, error: BaseException) -> None:
         """Commit status ``failed`` with the error (with any pending reuse events)."""

@@ -216,7 +216,7 @@ def note_taken_over(conn: sqlite3.Connection, workflow_id: str, owner: str, toke
                      "took over; it is not counted as a crash")
 
 
-def check(conn: sqlite3.Connection, lease: Lease, live: bool = False) -> None:
+def check_lease(conn: sqlite3.Connection, lease: Lease, live: bool = False) -> None:
     """Inside a write transaction: raise ``LeaseLost`` unless ``lease`` still holds the current token.
 
     ``live=True`` also requires that the lease has not expired by ``DB_NOW``.
@@ -238,17 +238,11 @@ def superseded(lease: Lease, current_token: int) -> LeaseLost:
 
 
 def renew(conn: sqlite3.Connection, lease: Lease) -> bool:
-    """Push the lease's expiry ``lease.seconds`` past now; False if the lease was lost or has expired.
+    """Inside the caller's transaction: push the lease's expiry ``lease.seconds`` past now; False if lost or expired.
 
     An expired lease is not revived: another worker may already be taking the
     workflow back, and its owner must stop starting attempts.
     """
-    with immediate(conn):
-        return _renew_row(conn, lease)
-
-
-def _renew_row(conn: sqlite3.Connection, lease: Lease) -> bool:
-    # Inside the caller's transaction.
     return bool(conn.execute(
         f"UPDATE workflows SET lease_expires_at = {DB_NOW} + ? WHERE id = ? AND fencing_token = ?"
         f" AND lease_expires_at >= {DB_NOW}", (lease.seconds, lease.workflow_id, lease.token)).rowcount)
@@ -391,7 +385,7 @@ class _Renewer:
             if path not in conns:
                 conns[path] = sqlite3.connect(path, isolation_level=None, timeout=shortest)
             with immediate(conns[path]):
-                renewed = [_renew_row(conns[path], h.lease) for h in due]
+                renewed = [renew(conns[path], h.lease) for h in due]
         except Exception as error:  # busy, locked, a storage fault, or a bug: try again at the next beat
             if not isinstance(error, sqlite3.Error):  # nothing is printed for the storage's own faults
                 self._say(f"lease renewals in {Path(path).name}: {type(error).__name__}: {error}; the renewer goes "

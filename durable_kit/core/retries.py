@@ -13,7 +13,9 @@ import json
 import math
 import random
 import sqlite3
+import threading
 from dataclasses import dataclass
+from typing import Any, Callable
 
 from ..redact import redact
 from .store import append_event, now
@@ -178,3 +180,32 @@ def _write_escalation(conn: sqlite3.Connection, workflow_id: str, step: str, dec
     conn.execute("UPDATE workflows SET status = ?, error = ?, updated_at = ? WHERE id = ?",
                  (status, reason, now(), workflow_id))
     append_event(conn, workflow_id, step, f"workflow_{status}", decision.reason)
+
+
+class StepTimeout(Transient):
+    """An attempt took longer than its step's ``timeout``; its late result is discarded."""
+
+
+def within(seconds: float, activity: Callable[[], Any], workflow_id: str, step: str) -> Any:
+    """Run ``activity`` on a thread and wait at most ``seconds``; raise ``StepTimeout`` if it is not done.
+
+    What a timeout cannot do: stop the thread. A late activity keeps running
+    in this process and anything it sends meanwhile is still sent; only its
+    result is thrown away. Only ending the process stops it.
+    """
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = activity()
+        except BaseException as error:  # handed to the caller's thread below
+            outcome["error"] = error
+
+    thread = threading.Thread(target=run, name=f"{workflow_id}:{step}", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        raise StepTimeout(f"workflow {workflow_id!r}, step {step!r}: no result after {seconds:g} s")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]

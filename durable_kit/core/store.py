@@ -594,6 +594,22 @@ def from_json(text: str | None) -> Any:
 _last_now = 0.0
 
 
+# Named boundaries where a crash can be chosen (``next_step``, ``after_activity:<step>``, ``after_commit:<step>``,
+# ``after_wait:<name>``...). The core calls ``boundary`` there; the harness (``durable_kit.faults``) installs what
+# happens. ``every_boundary()`` true: call ``boundary`` at every point, armed or not (a tracing run lists them).
+BOUNDARY_HOOK: dict[str, Any] = {"trip": lambda conn, point, workflow_id: None, "every": lambda: False}
+
+
+def boundary(conn: sqlite3.Connection, point: str, workflow_id: str) -> None:
+    """Reach the named boundary ``point``: what the installed hook does there (nothing without one)."""
+    BOUNDARY_HOOK["trip"](conn, point, workflow_id)
+
+
+def every_boundary() -> bool:
+    """True while the installed hook wants every boundary reached, not only the armed ones."""
+    return BOUNDARY_HOOK["every"]()
+
+
 def now() -> float:
     """Wall-clock seconds, never the same twice in one process; for people to read, never used to replay."""
     global _last_now

@@ -21,14 +21,10 @@ from __future__ import annotations
 
 import json
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import Suspended, WorkflowError
-from ..faults import trip
-from .store import append_event, from_json, immediate, now, to_json
-
-if TYPE_CHECKING:
-    from .journal import Journal, Workflow
+from .store import append_event, boundary, from_json, immediate, now, to_json
 
 KINDS = ("approval", "clarification", "timer", "delivery")
 
@@ -45,7 +41,7 @@ class WhichWait(WorkflowError):
     """The decision names no wait and the workflow has had several of that kind; nothing was changed."""
 
 
-def wait_for(wf: "Workflow", name: str, kind: str, request: Any = None, seconds: float | None = None,
+def wait_for(wf, name: str, kind: str, request: Any = None, seconds: float | None = None,
              deadline: float | None = None) -> Any:
     """Return the saved decision of wait ``name``, or save the wait and stop this replay.
 
@@ -99,7 +95,7 @@ def wait_for(wf: "Workflow", name: str, kind: str, request: Any = None, seconds:
         conn.execute("UPDATE workflows SET status = 'waiting', next_run_at = ?, updated_at = ? WHERE id = ?",
                      (wake_at, now(), wf.id))
         wf._let_go(conn)  # this replay stops here: no worker is held while it waits
-    trip(conn, f"after_wait:{name}", wf.id)
+    boundary(conn, f"after_wait:{name}", wf.id)
     raise Suspended(f"workflow {wf.id!r} waits for {kind} {name!r}")
 
 
@@ -129,7 +125,7 @@ def _resolve_at_time(conn, workflow_id: str, name: str, kind: str, decision: dic
     append_event(conn, workflow_id, name, "timer_fired" if kind == "timer" else "deadline_passed")
 
 
-def _check_kind(wf: "Workflow", name: str, kind: str, row):
+def _check_kind(wf, name: str, kind: str, row):
     if row is not None and row["kind"] != kind:
         raise WorkflowError(
             f"workflow {wf.id!r}: wait {name!r} was saved with kind {row['kind']!r}, not {kind!r}. "
@@ -137,25 +133,25 @@ def _check_kind(wf: "Workflow", name: str, kind: str, row):
     return row
 
 
-def approve(journal: "Journal", workflow_id: str, by: str, comment: str = "", wait: str | None = None) -> dict:
+def approve(journal, workflow_id: str, by: str, comment: str = "", wait: str | None = None) -> dict:
     """Approve the approval wait ``wait`` and make the workflow runnable; return the decision (see ``_decide``)."""
     return _decide(journal, workflow_id, wait, "approval", {"approved": True, "by": by, "comment": comment}, "approved")
 
 
-def reject(journal: "Journal", workflow_id: str, by: str, comment: str = "", wait: str | None = None) -> dict:
+def reject(journal, workflow_id: str, by: str, comment: str = "", wait: str | None = None) -> dict:
     """Reject the approval wait ``wait`` and make the workflow runnable; return the decision (see ``_decide``)."""
     return _decide(journal, workflow_id, wait, "approval", {"approved": False, "by": by, "comment": comment},
                    "approved")
 
 
-def answer(journal: "Journal", workflow_id: str, text: str, by: str, wait: str | None = None) -> dict:
+def answer(journal, workflow_id: str, text: str, by: str, wait: str | None = None) -> dict:
     """Answer the question ``wait`` and make the workflow runnable; return the decision (see ``_decide``)."""
     if not text.strip():
         raise WorkflowError(f"workflow {workflow_id!r}: the answer is empty; write the answer, then submit.")
     return _decide(journal, workflow_id, wait, "clarification", {"answer": text, "by": by}, "answer")
 
 
-def _decide(journal: "Journal", workflow_id: str, wait: str | None, kind: str, decision: dict,
+def _decide(journal, workflow_id: str, wait: str | None, kind: str, decision: dict,
             deciding_field: str) -> dict:
     """Save ``decision`` on one wait; return it with ``wait``, ``saved`` and ``decided_at``.
 
@@ -247,17 +243,17 @@ def _describe(decision: dict) -> str:
     return f"{_event_name(decision)} by {decision['by']}{said}"
 
 
-def waits(journal: "Journal", workflow_id: str) -> list[dict]:
+def waits(journal, workflow_id: str) -> list[dict]:
     """The workflow's waits, oldest first, request and decision decoded."""
     rows = journal.conn.execute("SELECT * FROM waits WHERE workflow_id = ? ORDER BY created_at, name", (workflow_id,))
     return [{**dict(r), "request": from_json(r["request"]), "decision": from_json(r["decision"])} for r in rows]
 
 
-def open_wait(journal: "Journal", workflow_id: str) -> dict | None:
+def open_wait(journal, workflow_id: str) -> dict | None:
     """What the workflow waits for now (its open wait), or None."""
     return next((w for w in waits(journal, workflow_id) if w["status"] == "waiting"), None)
 
 
-def named_wait(journal: "Journal", workflow_id: str, name: str) -> dict | None:
+def named_wait(journal, workflow_id: str, name: str) -> dict | None:
     """One wait of the workflow by name, request and decision decoded; None if it was not reached yet."""
     return next((w for w in waits(journal, workflow_id) if w["name"] == name), None)

@@ -28,14 +28,17 @@ import sqlite3
 import time
 from pathlib import Path
 
-from ..effects import dispatch_outbox
 from ..errors import WorkflowError, passes_by_waiting
 from .journal import WORKFLOWS, Journal, run_workflow
-from .leases import DUE, LEASE_SECONDS, Lease, grant, grant_in_transaction, new_owner, revoke_abandoned
+from .leases import DUE, LEASE_SECONDS, Lease, grant_in_transaction, new_owner, revoke_abandoned
 from .store import describe_storage_fault, immediate, now
 
 
 STORAGE_BACKOFF_CAP = 5.0  # seconds between tries while the database keeps failing
+
+# Work a pass does before the replays, each ``chore(journal, log) -> how much it did``: the outbox's dispatch
+# registers itself here (``effects.py``).
+PASS_CHORES: list = []
 
 
 def recover_abandoned(journal: Journal, assume_dead: bool = False, trust_pids: bool = True) -> list[str]:
@@ -54,13 +57,6 @@ def due_workflows(journal: Journal) -> list[str]:
     rows = journal.conn.execute(
         f"SELECT id, kind FROM workflows WHERE {DUE} ORDER BY next_run_at, id", (now(),))
     return [r["id"] for r in rows if r["kind"] in WORKFLOWS]
-
-
-def claim(journal: Journal, workflow_id: str, owner: str | None = None,
-          lease_seconds: float = LEASE_SECONDS) -> Lease | None:
-    """Atomically take one due workflow under a new lease; None if it is no longer due."""
-    with journal.relaxed():  # unsynced, like every grant: the token is synced before it leaves (Workflow.fencing_token)
-        return grant(journal.conn, workflow_id, owner or new_owner(), lease_seconds)
 
 
 def claim_next(journal: Journal, owner: str, lease_seconds: float = LEASE_SECONDS,
@@ -82,7 +78,7 @@ def claim_next(journal: Journal, owner: str, lease_seconds: float = LEASE_SECOND
 
 def run_due(journal: Journal, log=print, owner: str | None = None, lease_seconds: float = LEASE_SECONDS,
             leases: bool = True, trust_pids: bool = True, told: set[str] | None = None) -> int:
-    """One pass: send the outbox, take back abandoned workflows, run each due workflow once; how much was done.
+    """One pass: its chores (the outbox is sent), take back abandoned workflows, run each due workflow once; how much was done.
 
     A due workflow of a kind no module registered here is left for a worker
     that knows it, and said so once per id in ``told``.
@@ -94,7 +90,7 @@ def run_due(journal: Journal, log=print, owner: str | None = None, lease_seconds
             told.add(row["id"])
             log(f"{row['id']}: its kind {row['kind']!r} is registered by no module in this worker; left pending "
                 "for a worker that knows it (pass --module FILE)")
-    done = dispatch_outbox(journal, log)
+    done = sum(chore(journal, log) for chore in PASS_CHORES)
     if leases:
         for workflow_id in recover_abandoned(journal, trust_pids=trust_pids):
             log(f"{workflow_id}: recovered")

@@ -22,7 +22,6 @@ STORED = "#1f77b4"    # kept: what the database stored or the destination holds
 KEPT = STORED
 MISSING = "#ff7f0e"   # needed and never done (for example a lost notification)
 
-PALETTE = {"needed once": NEEDED, "repeated": REPEATED, "kept": KEPT, "missing": MISSING}
 
 # Sizes a room can read from the back: matplotlib's defaults are 10 pt.
 PROJECTOR = {

@@ -196,7 +196,7 @@ def cmd_status(args) -> int:
         print(f"  forked from {origin['workflow']} up to step {origin['up_to']} by {origin['by']}")
     if wf["cancel_requested"] and wf["status"] != "cancelled":
         from .core.journal import too_late
-        from .core.leases import FINAL_STATUSES
+        from .core.state import FINAL_STATUSES
 
         request = json.loads(wf["cancel_requested"])
         print(f"  {too_late(wf['status'], request)}" if wf["status"] in FINAL_STATUSES

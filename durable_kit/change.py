@@ -22,8 +22,9 @@ import json
 
 from .errors import WorkflowError
 from .core.journal import VERSIONS, Journal
-from .core.leases import FINAL_STATUSES
-from .core.store import append_event, immediate, now, to_json
+from .core import state
+from .core.state import FINAL_STATUSES
+from .core.store import append_event, immediate, to_json
 
 
 def cancel(journal: Journal, workflow_id: str, by: str, reason: str) -> dict:
@@ -57,11 +58,7 @@ def cancel(journal: Journal, workflow_id: str, by: str, reason: str) -> dict:
                 "wf.patched), resume it, then cancel it. Nothing was changed.")
         if row["cancel_requested"] is None:
             request = to_json({"by": by, "reason": reason}, workflow_id, None, "cancellation")
-            journal.conn.execute(
-                "UPDATE workflows SET cancel_requested = ?, updated_at = ?,"
-                " status = CASE status WHEN 'running' THEN 'running' ELSE 'pending' END,"
-                " next_run_at = CASE status WHEN 'running' THEN next_run_at ELSE ? END WHERE id = ?",
-                (request, now(), now(), workflow_id))
+            state.request_cancel(journal.conn, workflow_id, request, running=row["status"] == "running")
             append_event(journal.conn, workflow_id, None, "cancel_requested", f"by {by}: {reason}")
     return journal.workflow(workflow_id)
 
@@ -112,22 +109,9 @@ def fork(journal: Journal, workflow_id: str, new_id: str, up_to: str, by: str, i
                 f"up to a step before {action!r} (the fork then sends its own). Nothing was changed.")
         input_json = original["input"] if input is None else to_json(input, new_id, None, "workflow input")
         origin = json.dumps({"workflow": workflow_id, "up_to": up_to, "by": by})
-        conn.execute("INSERT INTO workflows (id, kind, input, status, retry_budget, version, origin, created_at,"
-                     " updated_at) VALUES (?, ?, ?, 'pending', ?, ?, ?, ?, ?)",
-                     (new_id, original["kind"], input_json, original["retry_budget"],
-                      VERSIONS.get(original["kind"], original["version"]), origin, now(), now()))
-        copied = conn.execute(
-            "INSERT INTO steps (workflow_id, name, status, input, output, attempts, position, versions, started_at,"
-            " completed_at) SELECT ?, name, status, input, output, 0, position, versions, started_at, completed_at"
-            " FROM steps WHERE workflow_id = ? AND status = 'complete' AND position IS NOT NULL AND position <= ?",
-            (new_id, workflow_id, last["position"])).rowcount
-        # Patch decisions taken before the fork point (one recorded before their input said where: by time).
-        conn.execute(
-            "INSERT INTO steps (workflow_id, name, status, input, output, attempts, started_at, completed_at)"
-            " SELECT ?, name, status, input, output, 0, started_at, completed_at FROM steps"
-            " WHERE workflow_id = ? AND status = 'complete' AND position IS NULL AND name LIKE 'patched:%'"
-            "   AND COALESCE(json_extract(input, '$.after_position') < ?, completed_at <= ?)",
-            (new_id, workflow_id, last["position"], last["completed_at"]))
+        state.create_workflow(conn, new_id, original["kind"], input_json, original["retry_budget"],
+                              VERSIONS.get(original["kind"], original["version"]), origin=origin)
+        copied = state.copy_steps(conn, workflow_id, new_id, last["position"], last["completed_at"])
         # Decisions and timers resolved before the fork point (by place; one recorded before waits had a place:
         # by time), and the receipt of every outbox step copied above.
         conn.execute(

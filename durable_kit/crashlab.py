@@ -52,6 +52,7 @@ from typing import Callable, Iterator
 
 from .faults import TRACE_VARIABLE, arm, disarm_all
 from .core.journal import Journal, WorkflowError
+from .core.state import bring_due
 from .core.store import DB_NOW, immediate, now
 from .core.waits import answer, approve, open_wait, reject
 
@@ -381,10 +382,7 @@ def _make_due(db: Path, workflow_id: str) -> None:
         with immediate(journal.conn):
             journal.conn.execute("UPDATE waits SET wake_at = ? WHERE workflow_id = ? AND kind = 'timer'"
                                  " AND status = 'waiting'", (now(), workflow_id))
-            journal.conn.execute("UPDATE steps SET next_attempt_at = ? WHERE workflow_id = ?"
-                                 " AND next_attempt_at IS NOT NULL", (now(), workflow_id))
-            journal.conn.execute("UPDATE workflows SET next_run_at = ? WHERE id = ? AND next_run_at > ?",
-                                 (now(), workflow_id, now()))
+            bring_due(journal.conn, workflow_id, now())
     finally:
         journal.close()
 

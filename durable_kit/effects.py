@@ -45,6 +45,7 @@ import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from .core import state
 from .core.store import append_event, boundary, from_json, immediate, now, to_json
 from .core.waits import wait_for
 from .core.worker import PASS_CHORES
@@ -143,10 +144,7 @@ def send_via_outbox(wf: "Workflow", action: str, destination_name: str, payload:
         output_json = to_json({"key": key, "destination": destination_name}, wf.id, action, "outbox intent")
         with wf._write():
             wf._write_reused()
-            wf.conn.execute(
-                "INSERT INTO steps (workflow_id, name, status, input, output, attempts, position, started_at,"
-                " completed_at) VALUES (?, ?, 'complete', ?, ?, 1, ?, ?, ?)",
-                (wf.id, action, payload_json, output_json, wf._position, now(), now()))
+            state.record_step(wf.conn, wf.id, action, payload_json, output_json, wf._position, only_if_new=False)
             wf.conn.execute(
                 "INSERT INTO outbox (key, workflow_id, action, destination, payload, status, created_at)"
                 " VALUES (?, ?, ?, ?, ?, 'pending', ?)", (key, wf.id, action, destination_name, payload_json, now()))
@@ -198,8 +196,7 @@ def dispatch_outbox(journal: "Journal", log: Callable[[str], None] = print) -> i
                 " WHERE waits.status = 'waiting'",
                 (row["workflow_id"], f"{row['action']}:receipt", json.dumps({"key": row["key"]}), result_json,
                  now(), now()))
-            conn.execute("UPDATE workflows SET status = 'pending', next_run_at = ?, updated_at = ?"
-                         " WHERE id = ? AND status = 'waiting'", (now(), now(), row["workflow_id"]))
+            state.wake(conn, row["workflow_id"])
             append_event(conn, row["workflow_id"], row["action"], "outbox_sent", row["key"])
         sent += 1
     return sent

@@ -263,7 +263,7 @@ def test_step_map_marks_every_step_by_what_it_touched(travel, explored, tmp_path
 def test_a_keyed_destination_that_ignores_its_key_breaks_an_invariant(tmp_path):
     module = tmp_path / "noisy.py"
     module.write_text(
-        "from durable_kit import Notifier, effect_key, send_guarded, workflow\n\n\n"
+        "from durable_kit import effect_key, send_guarded, workflow\nfrom durable_kit.fakes.notifier import Notifier\n\n\n"
         "@workflow('noisy')\n"
         "def noisy(wf):\n"
         "    notifier = Notifier.beside(wf.db_path, dedupe=False)\n"

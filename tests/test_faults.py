@@ -62,7 +62,8 @@ def test_fail_after_commit_keeps_the_committed_step(db):
     runs = []
     assert journal.open("wf-1").execute_step("plan", lambda: runs.append(1)) == {"subtopics": ["a"]}
     assert runs == []
-    assert [e["event"] for e in journal.history("wf-1")][-2:] == ["step_completed", "fault_fired"]
+    assert [e["event"] for e in journal.history("wf-1") if e["event"] != "replay_started"][-2:] == [
+        "step_completed", "fault_fired"]
 
 
 def test_fail_after_activity_loses_the_output_and_the_step_runs_again(db):

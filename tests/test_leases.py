@@ -22,8 +22,9 @@ import durable_kit
 from durable_kit import Ended, Journal, RetryPolicy, Suspended, Transient, run_workflow
 from durable_kit.agents.shared_work import (activity_runs, all_complete, contention, finish, popen_worker, run_all,
                                             start_work, wait_until)
-from durable_kit.core.leases import (FINAL_STATUSES, Heartbeat, LeaseLost, grant, machine, new_owner, owner_is_gone, release,
-                                renew, revoke_abandoned)
+from durable_kit.core.leases import (Heartbeat, LeaseLost, grant, machine, new_owner, owner_is_gone, release, renew,
+                                     revoke_abandoned)
+from durable_kit.core.state import FINAL_STATUSES
 from durable_kit.core.store import BEGIN_ATTEMPTS, DB_NOW, connect, immediate
 from durable_kit.core.worker import claim_next, recover_abandoned
 from durable_kit.effects import send_at_most_once, send_via_outbox
@@ -106,7 +107,7 @@ def test_grant_marks_running_with_owner_and_an_expiry_by_the_database_clock(db, 
     journal = Journal(db)
     journal.start("test_leases.none", {}, "w", registered_elsewhere=True)
     # A process whose own clock is an hour fast: the expiry still follows the database's clock.
-    monkeypatch.setattr(durable_kit.core.leases, "now", lambda: time.time() + 3600)
+    monkeypatch.setattr(durable_kit.core.state, "now", lambda: time.time() + 3600)
     lease = grant(journal.conn, "w", "me:1:aaaaaa", 5.0)
     assert (lease.workflow_id, lease.owner, lease.token, lease.seconds) == ("w", "me:1:aaaaaa", 1, 5.0)
     row = lease_row(journal.conn)

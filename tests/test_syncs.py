@@ -125,7 +125,7 @@ def test_outside_a_replay_the_journal_commits_at_its_own_level(db, kinds):
     decided = record_commits(journal, lambda: (approve(journal, "w", by="Dana", wait="go"),
                                                durable_kit.cancel(journal, "w", by="Dana", reason="not needed")))
     assert decided == [("UPDATE waits SET status = 'resolved'", "by SQLite"),
-                       ("UPDATE workflows SET cancel_requested", "by SQLite")]
+                       ("UPDATE workflows SET status = 'pending'", "by SQLite")]
 
 
 def test_commits_in_reads_levels_transactions_and_syncs():

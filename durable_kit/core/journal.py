@@ -61,10 +61,12 @@ from typing import Any, Callable
 
 from . import waits
 from ..errors import Ended, LeaseLost, NonDeterminism, Suspended, WorkflowError, is_storage_fault
-from .leases import FINAL_STATUSES, LET_GO, Heartbeat, Lease, check_lease, new_owner, release, superseded, take
+from .leases import Heartbeat, Lease, check_lease, new_owner, release, superseded, take
 from .retries import (TAKEN_OVER_BY_STEP, Crashed, FormatFailure, InvalidRequest, RetryPolicy, decide, record_failure,
                       within)
 from ..redact import redact, register_secret
+from .state import (COMMIT_OUTPUT, COMPLETE, COMPLETE_IN_TRANSACTION, FINAL_STATUSES, START_FIRST_ATTEMPT,
+                    create_workflow, delete_workflow, let_go, move, record_step, start_attempt)
 from .store import (DB_NOW, append_event, boundary, connect, connect_read_only, encode, every_boundary, from_json,
                     immediate, now, to_json, write)
 
@@ -118,35 +120,6 @@ def check_input(kind: str, workflow_id: str, value: Any) -> None:
         if not isinstance(value[key], expected) or isinstance(value[key], bool) and expected is not bool:
             raise WorkflowError(f"workflow {workflow_id!r} of kind {kind!r}: input {key!r} must be a "
                                 f"{expected.__name__}, not {type(value[key]).__name__}. Nothing was started.")
-
-
-# A step's first attempt as one statement: its *running* row, written only if the replay still holds a live
-# lease (?9; NULL: unleased), nobody asked to cancel, no fault is armed at all (armed faults are rare: the
-# transaction path then looks for this step's) and no row exists yet.
-START_FIRST_ATTEMPT = (
-    "INSERT INTO steps (workflow_id, name, status, input, attempts, repair_message, position, versions,"
-    "   started_at, started_by, started_after)"
-    " SELECT id, ?2, 'running', ?3, 1, ?4, ?5, ?6, ?7, ?8,"
-    "   (SELECT COALESCE(MAX(seq), 0) FROM history WHERE workflow_id = ?1)"
-    " FROM workflows WHERE id = ?1 AND cancel_requested IS NULL"
-    f"   AND (?9 IS NULL OR (fencing_token = ?9 AND lease_expires_at >= {DB_NOW}))"
-    "   AND NOT EXISTS (SELECT 1 FROM faults)"
-    " ON CONFLICT (workflow_id, name) DO NOTHING")
-
-# A step's output as one statement: recorded only if none is yet and the replay's token (?6) is still current.
-COMMIT_OUTPUT = (
-    "UPDATE steps SET status = 'complete', output = ?3, completed_at = ?4, completed_by = ?5,"
-    "   completed_after = (SELECT COALESCE(MAX(seq), 0) FROM history WHERE workflow_id = ?1)"
-    " WHERE workflow_id = ?1 AND name = ?2 AND status != 'complete'"
-    "   AND (?6 IS NULL OR EXISTS (SELECT 1 FROM workflows WHERE id = ?1 AND fencing_token = ?6))")
-
-
-# A completed replay's last write as one statement: the output, the status, the lease given up, if the token
-# (?5) is still current and nobody asked to cancel. The timeline view reads the completion from the row.
-RECORD_COMPLETION = (
-    "UPDATE workflows SET status = 'complete', output = ?2, error = NULL, updated_at = ?3, completed_at = ?3,"
-    "   completed_by = ?4, completed_after = (SELECT COALESCE(MAX(seq), 0) FROM history WHERE workflow_id = ?1)")
-COMPLETE = f"{RECORD_COMPLETION}, {LET_GO} WHERE id = ?1 AND fencing_token = ?5 AND cancel_requested IS NULL"
 
 
 # What a person resumes by hand (``Journal.resume``): no worker takes these up by itself.
@@ -233,10 +206,8 @@ class Journal:
                                 f"retries from 0 to {MAX_RETRY_BUDGET}, not {retry_budget!r}. Give one in that range "
                                 "(the default is 10). Nothing was started.")
         input_json = to_json(input, workflow_id, None, "workflow input")
-        created = write(self.conn, "INSERT INTO workflows (id, kind, input, status, retry_budget, version,"
-                        " created_at, created_by, updated_at) VALUES (?, ?, ?, 'pending', ?, ?, ?, ?, ?)"
-                        " ON CONFLICT (id) DO NOTHING",
-                        (workflow_id, kind, input_json, retry_budget, VERSIONS.get(kind), now(), os.getpid(), now()))
+        created = create_workflow(self.conn, workflow_id, kind, input_json, retry_budget, VERSIONS.get(kind),
+                                  os.getpid())
         if not created:  # kind and input never change once written: no lock is needed to compare them
             row = self.conn.execute("SELECT kind, input FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
             if (row["kind"], row["input"]) != (kind, input_json):
@@ -286,7 +257,10 @@ class Journal:
         row = self.workflow(workflow_id)
         if lease is not None and row["fencing_token"] != lease.token:
             raise superseded(lease, row["fencing_token"])
-        return Workflow(self, row, lease, heartbeat)
+        wf = Workflow(self, row, lease, heartbeat)
+        if lease is None:  # a lease's grant marked it running; without one, the replay does
+            wf.begin()
+        return wf
 
     def resume(self, workflow_id: str, by: str) -> dict:
         """Make a *paused*, *failed*, *blocked* or *escalated* workflow pending again, so the next worker replays it.
@@ -304,8 +278,7 @@ class Journal:
                 raise WorkflowError(
                     f"workflow {workflow_id!r} is {row['status']!r}, not paused, failed, blocked or escalated; nothing "
                     "was changed. Only those are resumed by hand: the others resume by themselves, or are finished.")
-            self.conn.execute("UPDATE workflows SET status = 'pending', next_run_at = ?, updated_at = ? WHERE id = ?",
-                              (now(), now(), workflow_id))
+            move(self.conn, workflow_id, "pending", {"next_run_at": now()})
             self._event(workflow_id, None, "workflow_resumed", f"from {row['status']} by {by}")
         return self.workflow(workflow_id)
 
@@ -320,15 +293,12 @@ class Journal:
         destinations' own files beside the journal. Only a workflow in a
         final status can be purged; any other is refused and nothing changes.
         """
-        counts = {}
         with immediate(self.conn):
             row = self.row_for_update(workflow_id)
             if row["status"] not in FINAL_STATUSES:
                 raise WorkflowError(f"workflow {workflow_id!r} is {row['status']!r}, not finished; only a finished "
                                     "workflow can be purged. Cancel it first. Nothing was changed.")
-            for table in ("history", "steps", "waits", "escalations", "reservations", "outbox", "workflows"):
-                column = "id" if table == "workflows" else "workflow_id"
-                counts[table] = self.conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (workflow_id,)).rowcount
+            counts = delete_workflow(self.conn, workflow_id)
         self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         self.conn.execute("VACUUM")
         return counts
@@ -600,10 +570,8 @@ class Workflow:
         new_path = not any(position > self._position for position in self._by_position)
         with self._write():
             self._write_reused()
-            inserted = self.conn.execute(  # its input: how many steps came before it, for a fork (``change.fork``)
-                "INSERT INTO steps (workflow_id, name, status, input, output, attempts, started_at, completed_at)"
-                " VALUES (?, ?, 'complete', ?, ?, 1, ?, ?) ON CONFLICT (workflow_id, name) DO NOTHING",
-                (self.id, key, patch_input(self._position), json.dumps(new_path), now(), now())).rowcount
+            # Its input: how many steps came before it, for a fork (``change.fork``).
+            inserted = record_step(self.conn, self.id, key, patch_input(self._position), json.dumps(new_path), None)
             if inserted:
                 self.journal._event(self.id, key, "patch_decided", "new path" if new_path else "old path (replaying "
                                     "a history written before the change)")
@@ -625,8 +593,7 @@ class Workflow:
                    "that replays the recorded history (for example behind wf.patched), then resume it, or fork it.")
         with self._write(last=True):
             self._write_reused()
-            self.conn.execute("UPDATE workflows SET status = 'blocked', error = ?, updated_at = ? WHERE id = ?",
-                              (redact(message), now(), self.id))
+            move(self.conn, self.id, "blocked", {"error": redact(message)})
             self.journal._event(self.id, None, "workflow_blocked", problem)
         raise NonDeterminism(message)
 
@@ -677,8 +644,7 @@ class Workflow:
         reason = f"cancelled by {request['by']}: {request['reason']}"
         with self._write(last=True):
             self._write_reused()
-            self.conn.execute("UPDATE workflows SET status = 'cancelled', error = ?, next_run_at = NULL,"
-                              " updated_at = ? WHERE id = ?", (redact(reason), now(), self.id))
+            move(self.conn, self.id, "cancelled", {"error": redact(reason), "next_run_at": None})
             said = reason + (f"; compensated {', '.join(undone)}" if undone else "; nothing to undo")
             withdrawn = [r["action"] for r in self.conn.execute(
                 "UPDATE outbox SET status = 'withdrawn' WHERE workflow_id = ? AND status = 'pending'"
@@ -776,7 +742,7 @@ class Workflow:
     def _let_go(self, conn: sqlite3.Connection) -> None:
         """Inside the write that ends this replay: give the lease up in the same commit."""
         if self.lease is not None:
-            conn.execute(f"UPDATE workflows SET {LET_GO} WHERE id = ?", (self.id,))
+            let_go(conn, self.id)
             self.released = True
 
     def _fence(self, starting: bool = False) -> None:
@@ -823,8 +789,7 @@ class Workflow:
             raise ValueError(f"end() takes 'rejected', 'stopped' or 'escalated', not {status!r}")
         with self._write(last=True):
             self._write_reused()
-            late = self.conn.execute("UPDATE workflows SET status = ?, error = ?, updated_at = ? WHERE id = ?"
-                                     " RETURNING cancel_requested", (status, redact(reason), now(), self.id)).fetchone()
+            late = move(self.conn, self.id, status, {"error": redact(reason)}, returning="cancel_requested")
             self.journal._event(self.id, None, f"workflow_{status}", reason)
             self._report_late_cancellation(status, late)
         raise Ended(f"workflow {self.id!r}: {status}: {reason}")
@@ -845,8 +810,7 @@ class Workflow:
 
     def _record_pause(self, reason: str, until: float | None = None) -> None:
         # Inside the caller's write: status *paused* with its reason, and the event that says so.
-        self.conn.execute("UPDATE workflows SET status = 'paused', error = ?, next_run_at = ?, updated_at = ?"
-                          " WHERE id = ?", (redact(reason), until, now(), self.id))
+        move(self.conn, self.id, "paused", {"error": redact(reason), "next_run_at": until})
         self.journal._event(self.id, None, "workflow_paused",
                             reason + ("" if until is None else f" (resumes in {max(0.0, until - now()):.0f} s)"))
 
@@ -911,8 +875,7 @@ class Workflow:
     def _suspend_until(self, run_at: float, why: str) -> None:
         with self._write(last=True):
             self._write_reused()
-            self.conn.execute("UPDATE workflows SET status = 'pending', next_run_at = ?, updated_at = ? WHERE id = ?",
-                              (run_at, now(), self.id))
+            move(self.conn, self.id, "pending", {"next_run_at": run_at})
             self.journal._event(self.id, None, "replay_suspended", why)
         raise Suspended(f"workflow {self.id!r}: {why}")
 
@@ -970,22 +933,13 @@ class Workflow:
     def _start_in_transaction(self, name: str, input_json: str, repair_message: str | None,
                               versions_json: str | None) -> set[str] | None:
         """Inside the marker's write: the attempt's row, its history event after the first, its armed points."""
-        attempt = self.conn.execute(
-            "INSERT INTO steps (workflow_id, name, status, input, attempts, repair_message, position, versions,"
-            "   started_at, started_by, started_after)"
-            " VALUES (?1, ?2, 'running', ?3, 1, ?4, ?5, ?6, ?7, ?8,"
-            "   (SELECT COALESCE(MAX(seq), 0) FROM history WHERE workflow_id = ?1))"
-            " ON CONFLICT (workflow_id, name) DO UPDATE SET status = 'running', input = excluded.input,"
-            "   attempts = attempts + 1, error = NULL, next_attempt_at = NULL,"
-            "   repair_message = excluded.repair_message, versions = excluded.versions WHERE status != 'complete'"
-            " RETURNING attempts",
-            (self.id, name, input_json, redact(repair_message), self._position, versions_json, now(), os.getpid()),
-        ).fetchone()
-        if attempt is None:
+        attempts = start_attempt(self.conn, self.id, name, input_json, redact(repair_message), self._position,
+                                 versions_json, os.getpid())
+        if attempts is None:
             return None
         self._recorded.add(name)
-        if attempt["attempts"] > 1:  # the first attempt's start is in the row itself
-            self.journal._event(self.id, name, "step_started", f"attempt {attempt['attempts']}")
+        if attempts > 1:  # the first attempt's start is in the row itself
+            self.journal._event(self.id, name, "step_started", f"attempt {attempts}")
         points = ("next_step", f"after_activity:{name}", f"after_commit:{name}")
         if self._tracing:  # every boundary is tripped, so a clean run lists them all
             return set(points)
@@ -1037,8 +991,7 @@ class Workflow:
     def begin(self) -> None:
         """Mark the workflow running and record that a replay started."""
         with self._write():
-            self.conn.execute(
-                "UPDATE workflows SET status = 'running', updated_at = ? WHERE id = ?", (now(), self.id))
+            move(self.conn, self.id, "running")
             self.journal._event(self.id, None, "replay_started", f"{len(self._outputs)} completed steps on record")
 
     def finish(self, output: Any) -> Any:
@@ -1060,8 +1013,7 @@ class Workflow:
         # came after the last boundary, which the history then reports.
         with self._write(synced=False, last=True):
             self._write_reused()
-            late = self.conn.execute(f"{RECORD_COMPLETION} WHERE id = ?1 RETURNING cancel_requested",
-                                     parameters).fetchone()
+            late = self.conn.execute(f"{COMPLETE_IN_TRANSACTION} RETURNING cancel_requested", parameters).fetchone()
             self._report_late_cancellation("complete", late)
         return decoded
 
@@ -1075,9 +1027,7 @@ class Workflow:
         """Commit status ``failed`` with the error (with any pending reuse events)."""
         with self._write(last=True):
             self._write_reused()
-            self.conn.execute(
-                "UPDATE workflows SET status = 'failed', error = ?, updated_at = ? WHERE id = ?",
-                (redact(f"{type(error).__name__}: {error}"), now(), self.id))
+            move(self.conn, self.id, "failed", {"error": redact(f"{type(error).__name__}: {error}")})
             self.journal._event(self.id, None, "workflow_failed", f"{type(error).__name__}: {error}")
 
 

@@ -55,17 +55,10 @@ from pathlib import Path
 from ..errors import LeaseHeld, LeaseLost
 from ..redact import redact
 from .retries import TAKEN_OVER
-from .store import DB_NOW, append_event, immediate, now, one_of
+from . import state
+from .store import DB_NOW, append_event, immediate
 
 LEASE_SECONDS = 10.0
-# No worker runs a workflow in these again; only a person's ``resume`` makes an escalated one pending (Journal.resume).
-FINAL_STATUSES = ("complete", "escalated", "stopped", "rejected", "cancelled")
-
-# When a workflow may be claimed: pending (new, decided, or at its retry time), waiting on a timer that
-# has ended, or paused until a time that has come. A wait for a person, and a pause until a person resumes,
-# have no run time (NULL), so they never match. One parameter: now.
-DUE = f"({one_of('status', ('pending', 'waiting', 'paused'))}) AND next_run_at <= ?"
-
 __all__ = ["LeaseHeld", "LeaseLost"]  # re-exported: they are raised here
 
 
@@ -138,16 +131,6 @@ def _is_zombie(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
 
 
-# A new lease, a new token and status running, unless the workflow is final; the token and how many
-# steps are complete come back. GRANT_IF_DUE also needs it due (one more parameter: now).
-GRANT = (f"UPDATE workflows SET status = 'running', owner = ?, lease_expires_at = {DB_NOW} + ?,"
-         " fencing_token = fencing_token + 1, updated_at = ? WHERE id = ?"
-         f" AND NOT ({one_of('status', FINAL_STATUSES)})"
-         " RETURNING fencing_token, (SELECT COUNT(*) FROM steps WHERE workflow_id = id AND status = 'complete')"
-         " AS completed")
-GRANT_IF_DUE = GRANT.replace(" RETURNING", f" AND {DUE} RETURNING")
-
-
 def grant(conn: sqlite3.Connection, workflow_id: str, owner: str, seconds: float = LEASE_SECONDS,
           only_if_due: bool = True) -> Lease | None:
     """Grant ``owner`` a lease on the workflow and mark it *running*; None if it is not due.
@@ -167,8 +150,7 @@ def grant_in_transaction(conn: sqlite3.Connection, workflow_id: str, owner: str,
     The same commit records that a replay starts (``replay_started``, with how
     many completed steps are on record): the lease exists to replay the workflow.
     """
-    args = (owner, seconds, now(), workflow_id) + ((now(),) if only_if_due else ())
-    row = conn.execute(GRANT_IF_DUE if only_if_due else GRANT, args).fetchone()
+    row = state.grant(conn, workflow_id, owner, seconds, only_if_due)
     if row is None:
         return None
     append_event(conn, workflow_id, None, "replay_started", f"{row['completed']} completed steps on record")
@@ -243,20 +225,13 @@ def renew(conn: sqlite3.Connection, lease: Lease) -> bool:
     An expired lease is not revived: another worker may already be taking the
     workflow back, and its owner must stop starting attempts.
     """
-    return bool(conn.execute(
-        f"UPDATE workflows SET lease_expires_at = {DB_NOW} + ? WHERE id = ? AND fencing_token = ?"
-        f" AND lease_expires_at >= {DB_NOW}", (lease.seconds, lease.workflow_id, lease.token)).rowcount)
-
-
-# Appended to the last write of a replay, so letting go costs no commit of its own.
-LET_GO = "owner = NULL, lease_expires_at = NULL"
+    return state.renew(conn, lease.workflow_id, lease.token, lease.seconds)
 
 
 def release(conn: sqlite3.Connection, lease: Lease) -> None:
     """Give the lease up (the workflow's status says what happens next); a lost lease is left alone."""
     with immediate(conn):
-        conn.execute(f"UPDATE workflows SET {LET_GO} WHERE id = ? AND fencing_token = ?",
-                     (lease.workflow_id, lease.token))
+        state.let_go(conn, lease.workflow_id, lease.token)
 
 
 def revoke_abandoned(conn: sqlite3.Connection, assume_dead: bool = False,
@@ -281,8 +256,7 @@ def revoke_abandoned(conn: sqlite3.Connection, assume_dead: bool = False,
             why = _abandoned(row, assume_dead, trust_pids)
             if why is None:
                 continue
-            conn.execute("UPDATE workflows SET status = 'pending', owner = NULL, lease_expires_at = NULL,"
-                         " fencing_token = fencing_token + 1, updated_at = ? WHERE id = ?", (now(), row["id"]))
+            state.take_back(conn, row["id"])
             append_event(conn, row["id"], None, "recovered", why)
             if not assume_dead and trust_pids and owner_is_alive(row["owner"]):  # paused past its lease, not dead
                 note_taken_over(conn, row["id"], row["owner"], row["fencing_token"], row["fencing_token"] + 1)

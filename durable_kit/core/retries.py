@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..redact import redact
+from . import state
 from .store import append_event, now
 
 
@@ -132,9 +133,7 @@ def record_failure(conn: sqlite3.Connection, workflow_id: str, step: str, error:
     nothing, if the step is already complete: a failure never replaces an output.
     """
     detail = redact(f"{type(error).__name__}: {error}")
-    failed = conn.execute("UPDATE steps SET status = 'failed', error = ? WHERE workflow_id = ? AND name = ?"
-                          " AND status != 'complete'", (detail, workflow_id, step)).rowcount
-    if not failed:
+    if not state.fail_step(conn, workflow_id, step, detail):
         return None
     append_event(conn, workflow_id, step, "step_failed", detail)
     if policy is None:
@@ -156,10 +155,8 @@ def _write_schedule(conn: sqlite3.Connection, workflow_id: str, step: str, decis
     # The next attempt time, the workflow's next run time and one retry charged to its budget.
     # Nothing waits in memory: any worker may run the workflow again once the time has come, none before.
     run_at = now() + decision.delay
-    conn.execute("UPDATE steps SET status = 'retrying', next_attempt_at = ? WHERE workflow_id = ? AND name = ?"
-                 " AND status != 'complete'", (run_at, workflow_id, step))
-    conn.execute("UPDATE workflows SET status = 'pending', next_run_at = ?, retries_used = retries_used + 1,"
-                 " updated_at = ? WHERE id = ?", (run_at, now(), workflow_id))
+    state.schedule_step(conn, workflow_id, step, run_at)
+    state.move(conn, workflow_id, "pending", {"next_run_at": run_at}, "retries_used = retries_used + 1")
     append_event(conn, workflow_id, step, "retry_scheduled", f"in {decision.delay:g} s: {decision.reason}")
     return run_at
 
@@ -177,8 +174,7 @@ def _write_escalation(conn: sqlite3.Connection, workflow_id: str, step: str, dec
     reason = redact(decision.reason)
     conn.execute("INSERT OR REPLACE INTO escalations (workflow_id, step, reason, attempts, created_at)"
                  " VALUES (?, ?, ?, ?, ?)", (workflow_id, step, reason, json.dumps(attempts), now()))
-    conn.execute("UPDATE workflows SET status = ?, error = ?, updated_at = ? WHERE id = ?",
-                 (status, reason, now(), workflow_id))
+    state.move(conn, workflow_id, status, {"error": reason})
     append_event(conn, workflow_id, step, f"workflow_{status}", decision.reason)
 
 

@@ -24,6 +24,7 @@ import time
 from typing import Any
 
 from ..errors import Suspended, WorkflowError
+from . import state
 from .store import append_event, boundary, from_json, immediate, now, to_json
 
 KINDS = ("approval", "clarification", "timer", "delivery")
@@ -92,8 +93,7 @@ def wait_for(wf, name: str, kind: str, request: Any = None, seconds: float | Non
             decision = None if kind == "timer" else {"timed_out": True, "deadline": wake_at}
             _resolve_at_time(conn, wf.id, name, kind, decision)
             return decision
-        conn.execute("UPDATE workflows SET status = 'waiting', next_run_at = ?, updated_at = ? WHERE id = ?",
-                     (wake_at, now(), wf.id))
+        state.move(conn, wf.id, "waiting", {"next_run_at": wake_at})
         wf._let_go(conn)  # this replay stops here: no worker is held while it waits
     boundary(conn, f"after_wait:{name}", wf.id)
     raise Suspended(f"workflow {wf.id!r} waits for {kind} {name!r}")
@@ -192,8 +192,7 @@ def _decide(journal, workflow_id: str, wait: str | None, kind: str, decision: di
         conn.execute("UPDATE waits SET status = 'resolved', decision = ?, resolved_at = ?"
                      " WHERE workflow_id = ? AND name = ?", (decision_json, decided_at, workflow_id, name))
         # Runnable now. A replay already running (a manual `run`) finds the decision under the lock instead.
-        conn.execute("UPDATE workflows SET status = CASE status WHEN 'waiting' THEN 'pending' ELSE status END,"
-                     " next_run_at = ?, updated_at = ? WHERE id = ?", (now(), now(), workflow_id))
+        state.wake(conn, workflow_id)
         append_event(conn, workflow_id, name, _event_name(decision), _describe(decision))
     return {**decision, "wait": name, "saved": True, "decided_at": decided_at}
 

@@ -30,7 +30,8 @@ from pathlib import Path
 
 from ..errors import WorkflowError, passes_by_waiting
 from .journal import WORKFLOWS, Journal, run_workflow
-from .leases import DUE, LEASE_SECONDS, Lease, grant_in_transaction, new_owner, revoke_abandoned
+from .leases import LEASE_SECONDS, Lease, grant_in_transaction, new_owner, revoke_abandoned
+from .state import DUE
 from .store import describe_storage_fault, immediate, now
 
 

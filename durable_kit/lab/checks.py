@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..core.journal import Journal
+from ..core.state import record_step
 from ..core.store import immediate
 
 PASS, NOT_YET, NOT_QUITE = "pass:", "not yet:", "not quite:"
@@ -185,8 +186,7 @@ def _race_problem(execute_step: Callable, journal: Journal) -> str | None:
     def slow_activity() -> dict:
         other = sqlite3.connect(journal.path, isolation_level=None)
         with immediate(other):
-            other.execute("INSERT INTO steps (workflow_id, name, status, output, attempts)"
-                          " VALUES ('exercise-1', 'analyze', 'complete', ?, 1)", (json.dumps(theirs),))
+            record_step(other, "exercise-1", "analyze", None, json.dumps(theirs), None)
         other.close()
         return {"written_by": "this process"}
 
@@ -263,7 +263,7 @@ def check_classify(classify: Callable[[dict], BaseException]) -> None:
 
 # --- notebook 09: find the double charge, then fix it ------------------------------------------
 
-CHECKOUT_SERVICES = '''from durable_kit import KeyedService, UnkeyedService
+CHECKOUT_SERVICES = '''from durable_kit.fakes.service import KeyedService, UnkeyedService
 
 
 class Cards(UnkeyedService):

@@ -93,7 +93,7 @@ def send_at_most_once(wf: "Workflow", action: str, send: Callable[[str], Any]) -
     """
     conn, workflow_id = wf.conn, wf.id
     key = effect_key(workflow_id, action)
-    with wf._write():
+    with wf.write():
         reserved = conn.execute("INSERT INTO reservations (key, workflow_id, reserved_at) VALUES (?, ?, ?)"
                                 " ON CONFLICT (key) DO NOTHING", (key, workflow_id, now())).rowcount
         append_event(conn, workflow_id, action, "key_reserved" if reserved else "key_already_reserved", key)
@@ -113,7 +113,7 @@ def reconcile_then_send(wf: "Workflow", action: str, already_done: Callable[[], 
     """
     found = already_done()
     if found:
-        with wf._write():
+        with wf.write():
             append_event(wf.conn, wf.id, action, "reconciled", "the destination already has this effect: not sent")
         return {"sent": False, "receipt": found}
     return {"sent": True, "receipt": send_guarded(wf, action, send)}
@@ -133,23 +133,18 @@ def send_via_outbox(wf: "Workflow", action: str, destination_name: str, payload:
     The workflow then waits (no worker held) until ``dispatch_outbox`` has
     sent the row and saved the answer as the wait ``<action>:receipt``.
     """
-    wf._claim_name(action)
     key = effect_key(wf.id, action)
     payload_json = to_json(payload, wf.id, action, "outbox payload")
-    wf._place(action, payload_json)
-    if action in wf._outputs:
-        wf._reused.append(action)
-    else:
-        wf._stop_if_cancelled()
+    position = wf.place(action, payload_json)
+    if not wf.reuse(action):
+        wf.stop_if_cancelled()
         output_json = to_json({"key": key, "destination": destination_name}, wf.id, action, "outbox intent")
-        with wf._write():
-            wf._write_reused()
-            state.record_step(wf.conn, wf.id, action, payload_json, output_json, wf._position, only_if_new=False)
+        with wf.write():
+            wf.record_step(action, position, payload_json, output_json)
             wf.conn.execute(
                 "INSERT INTO outbox (key, workflow_id, action, destination, payload, status, created_at)"
                 " VALUES (?, ?, ?, ?, ?, 'pending', ?)", (key, wf.id, action, destination_name, payload_json, now()))
             append_event(wf.conn, wf.id, action, "outbox_enqueued", key)
-        wf._outputs[action] = output_json
     return wait_for(wf, f"{action}:receipt", "delivery", {"key": key})
 
 

@@ -714,6 +714,50 @@ class Workflow:
                 raise first_error
         return {name: results[name] for name in branches}
 
+    # --- what features built on the replay use (effects, waits, parallel steps): one name each ---
+
+    def place(self, name: str, input_json: str | None = None, wait: bool = False) -> int:
+        """Claim ``name`` for this replay and give it the next position; blocks the workflow if the journal differs."""
+        self._claim_name(name)
+        return self._place(name, input_json, wait)
+
+    def reuse(self, name: str) -> bool:
+        """True if ``name`` completed on an earlier run: its reuse is then recorded with this replay's next write."""
+        if name not in self._outputs:
+            return False
+        self._reused.append(name)
+        return True
+
+    def stop_if_cancelled(self) -> None:
+        """A step boundary: if someone cancelled the workflow, compensate and end it (``Ended``); else nothing."""
+        self._stop_if_cancelled()
+
+    def at_frontier(self) -> bool:
+        """True where this replay has gone past every step it recorded: a new boundary."""
+        return self._at_frontier()
+
+    @contextmanager
+    def write(self, last: bool = False):
+        """A transaction under this replay's lease (a stale owner writes nothing), synced before the block returns.
+
+        Pending reuse events are written first. ``last`` ends this replay and
+        gives the lease up in the same commit; so does ``let_go`` inside it.
+        """
+        self._whole: dict[str, str] = {}
+        with self._write(last=last) as conn:
+            self._write_reused()
+            yield conn
+        self._outputs.update(self._whole)  # known to this replay once committed
+
+    def let_go(self, conn: sqlite3.Connection) -> None:
+        """Inside ``write``: this replay stops here, and its lease is given up in the same commit."""
+        self._let_go(conn)
+
+    def record_step(self, name: str, position: int, input_json: str | None, output_json: str) -> None:
+        """Inside ``write``: the step ``name`` recorded whole, *complete*, at ``position`` (an outbox step)."""
+        record_step(self.conn, self.id, name, input_json, output_json, position, only_if_new=False)
+        self._whole[name] = output_json
+
     @contextmanager
     def _write(self, synced: bool = True, starting: bool = False, last: bool = False):
         """A write transaction that first checks this replay's lease: a stale owner writes nothing.

@@ -63,24 +63,22 @@ def wait_for(wf, name: str, kind: str, request: Any = None, seconds: float | Non
         raise ValueError(f"a wait's kind is one of {KINDS}, not {kind!r}")
     check_seconds(wf.id, name, "timer's seconds" if kind == "timer" else "deadline",
                   seconds if kind == "timer" else deadline, optional=kind != "timer")
-    wf._claim_name(name)
-    position = wf._place(name, None, wait=True)  # steps and waits share one order, checked on every replay
+    position = wf.place(name, None, wait=True)  # steps and waits share one order, checked on every replay
     conn = wf.conn
     select = "SELECT * FROM waits WHERE workflow_id = ? AND name = ?"
     row = _check_kind(wf, name, kind, conn.execute(select, (wf.id, name)).fetchone())
     if row is not None and row["status"] == "resolved":  # a decision never changes: no lock needed
-        if wf._at_frontier():  # nothing recorded after it: a boundary, where a cancellation comes first
-            wf._stop_if_cancelled()
+        if wf.at_frontier():  # nothing recorded after it: a boundary, where a cancellation comes first
+            wf.stop_if_cancelled()
         return from_json(row["decision"])
-    wf._stop_if_cancelled()
+    wf.stop_if_cancelled()
     request_json = to_json(request, wf.id, name, f"{kind} request")
     after = seconds if kind == "timer" else deadline
 
-    with wf._write():
+    with wf.write():  # the reuse events pending come first
         row = conn.execute(select, (wf.id, name)).fetchone()  # again, under the lock: a decision may have landed
         if row is not None and row["status"] == "resolved":
             return from_json(row["decision"])
-        wf._write_reused()
         if row is None:
             wake_at = None if after is None else now() + after
             conn.execute("INSERT INTO waits (workflow_id, name, kind, request, status, wake_at, created_at, position)"
@@ -94,7 +92,7 @@ def wait_for(wf, name: str, kind: str, request: Any = None, seconds: float | Non
             _resolve_at_time(conn, wf.id, name, kind, decision)
             return decision
         state.move(conn, wf.id, "waiting", {"next_run_at": wake_at})
-        wf._let_go(conn)  # this replay stops here: no worker is held while it waits
+        wf.let_go(conn)  # this replay stops here: no worker is held while it waits
     boundary(conn, f"after_wait:{name}", wf.id)
     raise Suspended(f"workflow {wf.id!r} waits for {kind} {name!r}")
 

@@ -11,7 +11,8 @@ import os
 from pathlib import Path
 
 from .redact import redact
-from .core.store import OutsideWorld, beside, connect_outside, now
+from .core.store import now
+from .fakes import OutsideWorld, beside, connect_outside
 
 LEDGER_SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (

@@ -568,8 +568,7 @@ class Workflow:
         if key in self._outputs:
             return json.loads(self._outputs[key])
         new_path = not any(position > self._position for position in self._by_position)
-        with self._write():
-            self._write_reused()
+        with self.write():
             # Its input: how many steps came before it, for a fork (``change.fork``).
             inserted = record_step(self.conn, self.id, key, patch_input(self._position), json.dumps(new_path), None)
             if inserted:
@@ -591,11 +590,19 @@ class Workflow:
     def _block(self, problem: str) -> None:
         message = (f"workflow {self.id!r}: non-deterministic replay: {problem}. Nothing after it ran. Deploy code "
                    "that replays the recorded history (for example behind wf.patched), then resume it, or fork it.")
-        with self._write(last=True):
-            self._write_reused()
-            move(self.conn, self.id, "blocked", {"error": redact(message)})
-            self.journal._event(self.id, None, "workflow_blocked", problem)
+        self._stop("blocked", {"error": redact(message)}, "workflow_blocked", problem)
         raise NonDeterminism(message)
+
+    def _stop(self, status: str, columns: dict, event: str, detail: str) -> None:
+        """The write that ends this replay: ``status`` with ``columns``, its history event, the lease given up.
+
+        A final status reached while a cancellation was asked for says, in the same commit, that it came too late.
+        """
+        with self.write(last=True):
+            row = move(self.conn, self.id, status, columns, returning="cancel_requested")
+            self.journal._event(self.id, None, event, detail)
+            if status in FINAL_STATUSES:
+                self._report_late_cancellation(status, row)
 
     def _remember(self, name: str, compensate: Callable[[Any], Any] | None, output: Any) -> None:
         if compensate is not None:
@@ -642,8 +649,7 @@ class Workflow:
                               retry=COMPENSATION_RETRY)
             undone.append(name)
         reason = f"cancelled by {request['by']}: {request['reason']}"
-        with self._write(last=True):
-            self._write_reused()
+        with self.write(last=True):
             move(self.conn, self.id, "cancelled", {"error": redact(reason), "next_run_at": None})
             said = reason + (f"; compensated {', '.join(undone)}" if undone else "; nothing to undo")
             withdrawn = [r["action"] for r in self.conn.execute(
@@ -831,11 +837,7 @@ class Workflow:
         """End the workflow here with a final ``status`` (rejected, stopped or escalated) and its reason."""
         if status not in ("rejected", "stopped", "escalated"):
             raise ValueError(f"end() takes 'rejected', 'stopped' or 'escalated', not {status!r}")
-        with self._write(last=True):
-            self._write_reused()
-            late = move(self.conn, self.id, status, {"error": redact(reason)}, returning="cancel_requested")
-            self.journal._event(self.id, None, f"workflow_{status}", reason)
-            self._report_late_cancellation(status, late)
+        self._stop(status, {"error": redact(reason)}, f"workflow_{status}", reason)
         raise Ended(f"workflow {self.id!r}: {status}: {reason}")
 
     def pause(self, reason: str, until: float | None = None) -> None:
@@ -847,8 +849,7 @@ class Workflow:
         completed step.
         """
         self._stop_if_cancelled()
-        with self._write(last=True):
-            self._write_reused()
+        with self.write(last=True):
             self._record_pause(reason, until)
         raise Suspended(f"workflow {self.id!r} paused: {reason}")
 
@@ -867,8 +868,7 @@ class Workflow:
         never ends the workflow: a failure that would escalate, stop or fail
         it pauses it instead (``_compensation_failed``).
         """
-        with self._write() as conn:
-            self._write_reused()
+        with self.write() as conn:
             stuck = self._compensation_failed(name, error, retry) if self._cancelling else None
             decision = record_failure(conn, self.id, name, error, None if stuck else retry)
             if decision is not None and stuck:
@@ -917,10 +917,7 @@ class Workflow:
             record_failure(self.conn, self.id, name, error, None)
 
     def _suspend_until(self, run_at: float, why: str) -> None:
-        with self._write(last=True):
-            self._write_reused()
-            move(self.conn, self.id, "pending", {"next_run_at": run_at})
-            self.journal._event(self.id, None, "replay_suspended", why)
+        self._stop("pending", {"next_run_at": run_at}, "replay_suspended", why)
         raise Suspended(f"workflow {self.id!r}: {why}")
 
     def _run_attempt(self, name: str, activity: Callable[[], Any], armed: set[str],
@@ -1069,10 +1066,8 @@ class Workflow:
 
     def fail(self, error: BaseException) -> None:
         """Commit status ``failed`` with the error (with any pending reuse events)."""
-        with self._write(last=True):
-            self._write_reused()
-            move(self.conn, self.id, "failed", {"error": redact(f"{type(error).__name__}: {error}")})
-            self.journal._event(self.id, None, "workflow_failed", f"{type(error).__name__}: {error}")
+        self._stop("failed", {"error": redact(f"{type(error).__name__}: {error}")}, "workflow_failed",
+                   f"{type(error).__name__}: {error}")
 
 
 def run_workflow(journal: Journal, workflow_id: str, lease: Lease | None = None, fenced: bool = True,

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..core.store import OutsideWorld, beside, connect_outside, immediate, now
+from ..core.store import immediate, now
+from . import OutsideWorld, beside, connect_outside
 
 NOTIFIER_SCHEMA = """
 CREATE TABLE IF NOT EXISTS requests (

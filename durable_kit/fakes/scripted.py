@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from ..ledger import Ledger, ledger_path
-from ..core.store import beside, connect_outside
+from . import beside, connect_outside
 from . import data_dir
 from .llm import count_tokens
 

@@ -23,7 +23,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..core.store import OutsideWorld, beside, connect_outside, immediate, now
+from ..core.store import immediate, now
+from . import OutsideWorld, beside, connect_outside
 
 SERVICE_SCHEMA = """
 CREATE TABLE IF NOT EXISTS requests (

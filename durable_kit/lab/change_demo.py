@@ -25,7 +25,7 @@ from ..effects import effect_key
 from ..fakes.service import KeyedService
 from ..faults import arm
 from ..core.journal import VERSIONS, WORKFLOWS, Journal, Workflow, run_workflow, workflow
-from ..core.store import beside
+from ..fakes import beside
 
 BASE_FARE = 400.0
 

@@ -150,3 +150,14 @@ def test_notebooks_and_the_shipped_agents_use_only_public_names():
         if engine_internals(source):
             found[str(path.relative_to(ROOT))] = engine_internals(source)
     assert found == {}
+
+
+def test_the_readme_names_the_core_as_the_engine_to_read_and_maps_every_file():
+    text = (ROOT / "README.md").read_text()
+    assert "**The engine is `durable_kit/core/`**" in text
+    section = text[text.index("### Where to read the kit"):text.index("## Your own agent")]
+    missing = [str(path.relative_to(PACKAGE)) for path in sorted(PACKAGE.glob("*.py")) + sorted(PACKAGE.glob("core/*.py"))
+               if path.name != "__init__.py" and f"`{path.relative_to(PACKAGE)}`" not in section]
+    folders = [path.name for path in sorted(PACKAGE.iterdir()) if path.is_dir() and path.name not in ("core", "__pycache__")
+               and f"`{path.name}/`" not in section]
+    assert (missing, folders) == ([], [])

@@ -26,7 +26,7 @@ from durable_kit.core.leases import (Heartbeat, LeaseLost, grant, machine, new_o
                                      revoke_abandoned)
 from durable_kit.core.state import FINAL_STATUSES
 from durable_kit.core.store import BEGIN_ATTEMPTS, DB_NOW, connect, immediate
-from durable_kit.core.worker import claim_next, recover_abandoned
+from durable_kit.core.worker import claim_next
 from durable_kit.effects import send_at_most_once, send_via_outbox
 from durable_kit.ledger import Ledger
 
@@ -455,7 +455,6 @@ def test_a_live_owner_with_an_unexpired_lease_is_left_alone(db):
     grant(journal.conn, "other-host", f"not-{socket.gethostname()}:{dead_pid()}:abcdef", 30)
     before = dump(db)
     assert revoke_abandoned(journal.conn) == []
-    assert recover_abandoned(journal) == []
     assert dump(db) == before
 
 
@@ -465,7 +464,6 @@ def test_an_owner_whose_process_is_gone_is_revoked_at_once_unless_pids_are_not_t
     grant(journal.conn, "w", f"{machine()}:{dead_pid()}:abcdef", 30)
     before = dump(db)
     assert revoke_abandoned(journal.conn, trust_pids=False) == []
-    assert recover_abandoned(journal, trust_pids=False) == []
     assert dump(db) == before
     assert revoke_abandoned(journal.conn) == [("w", "its owner's process is gone")]
     row = lease_row(journal.conn)

@@ -14,8 +14,8 @@ import durable_kit
 import durable_kit.agents  # noqa: F401  (registers research_report for in-process runs)
 from durable_kit import Journal
 from durable_kit.core.retries import PolicyDenied, RateLimited, RetryPolicy, Transient
-from durable_kit.core.leases import grant, new_owner
-from durable_kit.core.worker import due_workflows, recover_abandoned, run_due, run_worker
+from durable_kit.core.leases import grant, new_owner, revoke_abandoned
+from durable_kit.core.worker import due_workflows, run_due, run_worker
 from durable_kit.faults import arm
 from durable_kit.ledger import Ledger
 from durable_kit.ledger import ledger_path
@@ -69,7 +69,7 @@ def catches_sigterm(pid: int) -> bool:
     return bool(int(mask, 16) & (1 << (signal.SIGTERM - 1)))
 
 
-# --- claim, due_workflows, recover_abandoned: one database, plain functions ---
+# --- claim, due_workflows, revoke_abandoned: one database, plain functions ---
 
 def test_claim_is_atomic_across_connections(db):
     first, second = Journal(db), Journal(db)
@@ -105,17 +105,17 @@ def test_due_workflows_lists_pending_workflows_whose_time_has_come_soonest_first
     assert due_workflows(journal) == ["b", "c", "a"]
 
 
-def test_recover_abandoned_makes_running_workflows_pending(db):
+def test_revoke_abandoned_makes_running_workflows_pending(db):
     journal = Journal(db)
     for workflow_id in ("wf-2", "wf-1", "wf-3"):
         journal.start("research_report", {"topic": "t"}, workflow_id)
     journal.conn.execute("UPDATE workflows SET status = 'running' WHERE id IN ('wf-1', 'wf-2')")
-    assert recover_abandoned(journal) == ["wf-1", "wf-2"]
+    assert [w for w, _ in revoke_abandoned(journal.conn)] == ["wf-1", "wf-2"]
     assert {w: journal.workflow(w)["status"] for w in ("wf-1", "wf-2", "wf-3")} == {
         "wf-1": "pending", "wf-2": "pending", "wf-3": "pending"}
     assert [e["event"] for e in journal.history("wf-1")][-1] == "recovered"
     assert "recovered" not in [e["event"] for e in journal.history("wf-3")]
-    assert recover_abandoned(journal) == []
+    assert revoke_abandoned(journal.conn) == []
 
 
 # --- run_due and run_worker in this process ---

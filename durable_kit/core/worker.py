@@ -42,11 +42,6 @@ STORAGE_BACKOFF_CAP = 5.0  # seconds between tries while the database keeps fail
 PASS_CHORES: list = []
 
 
-def recover_abandoned(journal: Journal, assume_dead: bool = False, trust_pids: bool = True) -> list[str]:
-    """Make *running* workflows whose owner died (or, with ``assume_dead``, all of them) pending; their ids."""
-    return [workflow_id for workflow_id, _ in revoke_abandoned(journal.conn, assume_dead, trust_pids)]
-
-
 def due_workflows(journal: Journal) -> list[str]:
     """Ids of workflows whose time has come and whose kind this process can run, soonest first.
 
@@ -93,7 +88,7 @@ def run_due(journal: Journal, log=print, owner: str | None = None, lease_seconds
                 "for a worker that knows it (pass --module FILE)")
     done = sum(chore(journal, log) for chore in PASS_CHORES)
     if leases:
-        for workflow_id in recover_abandoned(journal, trust_pids=trust_pids):
+        for workflow_id, _ in revoke_abandoned(journal.conn, trust_pids=trust_pids):
             log(f"{workflow_id}: recovered")
     ran: set[str] = set()
     while (lease := claim_next(journal, owner, lease_seconds, ran)) is not None:
@@ -131,7 +126,7 @@ def run_worker(db_path: str | Path, *, once: bool = False, until_idle: bool = Fa
     journal = _open(db_path, poll, log)
     owner = new_owner()
     if not leases:
-        for workflow_id in recover_abandoned(journal, assume_dead=True):
+        for workflow_id, _ in revoke_abandoned(journal.conn, assume_dead=True):
             log(f"{workflow_id}: recovered")
     stopping = []
     previous = signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))

@@ -1,20 +1,15 @@
-"""Floor 8: change and time. Versions, the determinism check, cancellation, step timeouts and forks.
+"""A feature on the engine: a long task changes course. A person cancels it, or forks it from a step.
 
-A durable workflow outlives the code that started it. Replay is only safe if
-the new code asks for the same steps and waits, in the same order, steps with
-the same inputs, as the journal recorded; so every replay checks each step's
-and wait's name at its position and, for a completed step, its input, and
-blocks the workflow at the
-first difference, before anything after it runs (``Workflow._place``). A
-change that must reach running workflows goes behind ``Workflow.patched``.
-
-The other ways a long task changes course: a person cancels it (its completed
-effects are undone by their compensations, newest first, each a durable step
-of its own; one that keeps failing pauses the workflow before any older one
-runs, and ``resume`` continues from it); a step takes too long
-(``StepTimeout``); a fixed prompt is tried again from a given step (``fork``,
-which follows the original's recorded decisions up to that step), leaving
-the original untouched.
+A cancellation is cooperative: the workflow stops at its next step boundary
+and its completed effects are undone by their compensations, newest first,
+each a durable step of its own; one that keeps failing pauses the workflow
+before any older one runs, and ``resume`` continues from it (the replay
+carries it out: ``core/journal.py``). A fork tries a fixed prompt again from
+a given step: a new workflow that follows the original's recorded decisions
+up to that step, leaving the original untouched. The other changes of course
+live in the engine: the determinism check and ``patched`` in
+``core/journal.py``, step timeouts in ``core/retries.py``, deadlines in
+``core/waits.py``.
 """
 from __future__ import annotations
 

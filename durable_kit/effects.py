@@ -1,4 +1,4 @@
-"""Floor 6: side effects, and the exact guarantee of each way to deliver one.
+"""A feature on the engine: side effects, and the exact guarantee of each way to deliver one.
 
 An activity runs at least once, so an effect inside it can happen twice: the
 process may die after the destination acted and before the step's output was

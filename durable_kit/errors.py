@@ -1,4 +1,4 @@
-"""Floor 1: the exceptions every floor above may raise or catch.
+"""Below the engine: the exceptions every part of the kit may raise or catch.
 
 They live below the journal so that modules which use each other's errors
 (the journal, waits, effects) never need to import each other for them.

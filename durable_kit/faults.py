@@ -1,4 +1,4 @@
-"""Floor 2: named crash points, armed in the database, fired in a real process.
+"""The harness: named crash points, armed in the database, fired in a real process.
 
 A fault is armed by one process (a notebook, a test, the command line) and
 fired by another when its code reaches the named boundary. Firing removes the
@@ -23,9 +23,10 @@ import os
 import signal
 import sqlite3
 import time
+from pathlib import Path
 
 from .core.retries import Transient
-from .core.store import BOUNDARY_HOOK, append_event, immediate
+from .core.store import BOUNDARY_HOOK, append_event, connect, immediate
 
 CRASH_EXIT_CODE = 13
 ACTIONS = ("exit", "kill", "fail", "delay", "stop")
@@ -36,11 +37,13 @@ class InjectedFailure(Transient):
     """Raised at a boundary armed with ``fail``: a transient error, not a crash, so a retry policy retries it."""
 
 
-def arm(conn: sqlite3.Connection, point: str, action: str = "exit", seconds: float = 0) -> None:
-    """Arm ``point``: the next process to reach it ends (``exit``/``kill``), raises (``fail``), sleeps (``delay``)
-    or stops itself (``stop``: SIGSTOP, until another process sends SIGCONT)."""
+def arm(db: sqlite3.Connection | str | Path, point: str, action: str = "exit", seconds: float = 0) -> None:
+    """Arm ``point`` in the journal ``db`` (a connection to it, or its path): the next process to reach it ends
+    (``exit``/``kill``), raises (``fail``), sleeps (``delay``) or stops itself (``stop``: SIGSTOP, until another
+    process sends SIGCONT)."""
     if action not in ACTIONS:
         raise ValueError(f"fault action must be one of {ACTIONS}, not {action!r}")
+    conn = db if isinstance(db, sqlite3.Connection) else connect(db)
     try:
         with immediate(conn):
             conn.execute("INSERT OR REPLACE INTO faults (point, action, seconds) VALUES (?, ?, ?)",
@@ -48,6 +51,9 @@ def arm(conn: sqlite3.Connection, point: str, action: str = "exit", seconds: flo
     except sqlite3.IntegrityError:  # a journal made before 'stop' existed keeps its older CHECK
         raise ValueError(f"this journal was made before the fault action {action!r} existed, so it cannot arm "
                          f"{point!r} with it; nothing was armed: start a new journal") from None
+    finally:
+        if conn is not db:
+            conn.close()
 
 
 def disarm_all(conn: sqlite3.Connection) -> list[str]:

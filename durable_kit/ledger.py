@@ -1,4 +1,4 @@
-"""Floor 2: the call ledger, the outside world's own count of requests.
+"""The outside world: the call ledger, the outside world's own count of requests.
 
 Every external call (model, source, tool) is appended here, in its own file
 and its own transaction, the moment it returns. A crash that loses the

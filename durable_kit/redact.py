@@ -1,4 +1,4 @@
-"""Floor 1: secrets stay out of the journal. Redaction before anything is persisted.
+"""Below the engine: secrets stay out of the journal. Redaction before anything is persisted.
 
 A journal keeps everything for good: inputs, outputs, error messages, the
 history, escalation records. A deleted row's bytes also stay readable in the

@@ -1,4 +1,4 @@
-"""Floor 4: run a workflow in a real child process and report what survived.
+"""The harness: run a workflow in a real child process and report what survived.
 
 The child is a new Python interpreter (``python -m durable_kit run ...``),
 never a fork: it opens its own database connection and imports the workflow

@@ -1,5 +1,8 @@
-"""Floor 2: named crash points armed in the database."""
+"""The harness: named crash points armed in the database."""
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 import pytest
 
@@ -23,6 +26,24 @@ def test_arm_and_disarm_all(db):
     assert disarm_all(conn) == ["after_activity:report", "after_commit:plan"]
     assert armed(conn) == {}
     assert disarm_all(conn) == []
+
+
+def open_files(path) -> int:
+    """How many of this process's file descriptors point at ``path`` (Linux's /proc)."""
+    fds = Path("/proc/self/fd")
+    return sum(1 for fd in fds.iterdir() if os.path.realpath(fd) == os.path.realpath(path))
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="needs /proc to count open files")
+def test_arm_takes_the_journal_by_its_path_and_leaves_no_connection_open(db):
+    arm(db, "after:analyze", "exit")
+    arm(str(db), "after:recommend", "kill")
+    assert open_files(db) == 0
+    with pytest.raises(ValueError, match="fault action must be one of"):
+        arm(db, "after:analyze", "explode")
+    conn = connect(db)
+    assert open_files(db) == 1  # the count sees a connection that is open
+    assert armed(conn) == {"after:analyze": "exit", "after:recommend": "kill"}
 
 
 def test_arm_rejects_an_unknown_action(db):

@@ -1,4 +1,4 @@
-"""Floor 2: the step journal. Workflows and steps with durable identities, and replay.
+"""The engine: the step journal. Workflows and steps with durable identities, and replay.
 
 A workflow is a plain function that takes a ``Workflow`` handle and calls
 ``execute_step`` for every piece of work that may fail, take time, give a

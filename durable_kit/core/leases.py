@@ -1,4 +1,4 @@
-"""Floor 7: one owner at a time. Leases, heartbeats and fencing tokens.
+"""The engine: one owner at a time. Leases, heartbeats and fencing tokens.
 
 A process owns a workflow through a lease: its name as owner, an expiry, and
 a fencing token that grows with every lease granted. While it replays, a

@@ -1,4 +1,4 @@
-"""Floor 3: failure classes and durable retry schedules.
+"""The engine: failure classes and durable retry schedules.
 
 An activity says *how* it failed by raising one of the classes below; a pure
 function, ``decide``, turns the failure, the attempt number and the

@@ -1,4 +1,4 @@
-"""Floor 1: the SQLite file everything else stands on.
+"""The engine: the SQLite file everything else stands on.
 
 One connection per process (never carried across a fork), WAL journal,
 ``synchronous=FULL`` unless asked otherwise, a busy timeout, and

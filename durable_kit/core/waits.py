@@ -1,4 +1,4 @@
-"""Floor 5: waiting for people and for time, with no worker held.
+"""The engine: waiting for people and for time, with no worker held.
 
 A wait is a row. When a replay reaches ``wait_for``, the row says what the
 workflow waits for (an approval, an answer, a time), the workflow's status

@@ -1,4 +1,4 @@
-"""Floor 4: the worker. It claims workflows that are due, replays them, and lets go.
+"""The engine: the worker. It claims workflows that are due, replays them, and lets go.
 
 A worker holds a workflow only while replaying it. At a retry schedule or a
 wait the replay stops (the time, or what it waits for, is in the database)

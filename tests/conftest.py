@@ -46,6 +46,15 @@ def wait_until(condition, timeout: float = 20.0, what: str = "condition"):
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
+def grant(conn, workflow_id: str, owner: str, seconds: float = 10.0, only_if_due: bool = True):
+    """A lease granted in a transaction of its own (``leases.grant`` runs inside the caller's)."""
+    from durable_kit.core.leases import grant as grant_in_transaction
+    from durable_kit.core.store import immediate
+
+    with immediate(conn):
+        return grant_in_transaction(conn, workflow_id, owner, seconds, only_if_due)
+
+
 def make_due(db_path: Path, workflow_id: str, hours: float = 1.0) -> None:
     """The scheduled time has come: move the workflow's and its steps' schedules ``hours`` into the past.
 

@@ -197,20 +197,20 @@ def test_no_escalation_slips_between_the_status_read_and_the_grant_and_an_escala
     journal.start("counted", {}, "c1")
 
     import durable_kit.core.leases as leases_module
-    real_grant, tried = leases_module.grant_in_transaction, []
+    real_grant, tried = leases_module.grant, []
 
     def grant_while_a_person_escalates(*args, **kwargs):
         # Between run_workflow's status read and its grant, another process tries to escalate the workflow.
         tried.append(run_python("-c", ESCALATE, str(db), "0.2"))
         return real_grant(*args, **kwargs)
 
-    monkeypatch.setattr(leases_module, "grant_in_transaction", grant_while_a_person_escalates)
+    monkeypatch.setattr(leases_module, "grant", grant_while_a_person_escalates)
     assert run_workflow(journal, "c1") == "done"
     assert tried[0].returncode != 0 and "database is locked" in tried[0].stderr  # it had to wait for the commit
     assert lines(db.with_suffix(".calls")) == ["call"]
 
     journal.start("counted", {}, "c2")
-    monkeypatch.setattr(leases_module, "grant_in_transaction", real_grant)
+    monkeypatch.setattr(leases_module, "grant", real_grant)
     done = run_python("-c", ESCALATE.replace("'c1'", "'c2'"), str(db), "5")
     assert done.returncode == 0, done.stderr
     assert run_workflow(journal, "c2") is None  # escalated before the run: the grant never happens

@@ -15,10 +15,10 @@ from durable_kit import Journal, Workflow, WorkflowError, run_workflow
 from durable_kit.core import waits as waits_module
 from durable_kit.core.waits import (DecisionConflict, NotWaiting, answer, approve, describe_outcome, open_wait, reject,
                                waits)
-from durable_kit.core.leases import grant, new_owner
+from durable_kit.core.leases import new_owner
 from durable_kit.core.worker import due_workflows, run_due
 
-from conftest import ROOT, dump, plain
+from conftest import ROOT, dump, grant, plain
 
 DRAFT = {"text": "draft 1"}
 

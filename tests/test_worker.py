@@ -14,13 +14,13 @@ import durable_kit
 import durable_kit.agents  # noqa: F401  (registers research_report for in-process runs)
 from durable_kit import Journal
 from durable_kit.core.retries import PolicyDenied, RateLimited, RetryPolicy, Transient
-from durable_kit.core.leases import grant, new_owner, revoke_abandoned
+from durable_kit.core.leases import new_owner, revoke_abandoned
 from durable_kit.core.worker import due_workflows, run_due, run_worker
 from durable_kit.faults import arm
 from durable_kit.ledger import Ledger
 from durable_kit.ledger import ledger_path
 
-from conftest import ROOT, make_due, run_python, wait_until
+from conftest import ROOT, grant, make_due, run_python, wait_until
 
 TOPIC = "supplier concentration risk"
 STEPS = 7  # plan, three subtopics, analyze, recommend, report: one model call each

@@ -133,20 +133,11 @@ def _is_zombie(pid: int) -> bool:
 
 def grant(conn: sqlite3.Connection, workflow_id: str, owner: str, seconds: float = LEASE_SECONDS,
           only_if_due: bool = True) -> Lease | None:
-    """Grant ``owner`` a lease on the workflow and mark it *running*; None if it is not due.
+    """Inside the caller's ``BEGIN IMMEDIATE``: grant ``owner`` a lease and mark it *running*; None if not due.
 
     ``only_if_due=False`` takes the workflow whatever its status (a person's
     ``run`` command), except a final one: the new token fences out any
     current owner. A final workflow is never granted, so it never runs again.
-    """
-    with immediate(conn):
-        return grant_in_transaction(conn, workflow_id, owner, seconds, only_if_due)
-
-
-def grant_in_transaction(conn: sqlite3.Connection, workflow_id: str, owner: str, seconds: float,
-                         only_if_due: bool = True) -> Lease | None:
-    """``grant``, inside the caller's ``BEGIN IMMEDIATE`` transaction.
-
     The same commit records that a replay starts (``replay_started``, with how
     many completed steps are on record): the lease exists to replay the workflow.
     """
@@ -178,7 +169,7 @@ def take(conn: sqlite3.Connection, row, owner: str, take_over: bool = False,
             f"workflow {row['id']!r} is running under owner {holder} (token {row['fencing_token']}), whose lease "
             f"expires in {row['lease_left']:.1f} s; nothing was changed. Wait for it (see `status`), or pass "
             "--take-over to fence that owner out (its attempt then counts as taken over, not as a crash).")
-    lease = grant_in_transaction(conn, row["id"], owner, seconds, only_if_due=False)
+    lease = grant(conn, row["id"], owner, seconds, only_if_due=False)
     if holder is not None and (live or owner_is_alive(holder)):
         note_taken_over(conn, row["id"], holder, row["fencing_token"], lease.token)
     return lease

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from ..errors import WorkflowError, passes_by_waiting
 from .journal import WORKFLOWS, Journal, run_workflow
-from .leases import LEASE_SECONDS, Lease, grant_in_transaction, new_owner, revoke_abandoned
+from .leases import LEASE_SECONDS, Lease, grant, new_owner, revoke_abandoned
 from .state import DUE
 from .store import describe_storage_fault, immediate, now
 
@@ -69,7 +69,7 @@ def claim_next(journal: Journal, owner: str, lease_seconds: float = LEASE_SECOND
             f"SELECT id FROM workflows WHERE {DUE}"
             f" AND kind IN ({', '.join('?' * len(kinds))}) AND id NOT IN ({', '.join('?' * len(skipped))})"
             " ORDER BY next_run_at, id LIMIT 1", (now(), *kinds, *skipped)).fetchone()
-        return None if row is None else grant_in_transaction(conn, row["id"], owner, lease_seconds)
+        return None if row is None else grant(conn, row["id"], owner, lease_seconds)
 
 
 def run_due(journal: Journal, log=print, owner: str | None = None, lease_seconds: float = LEASE_SECONDS,

@@ -635,8 +635,10 @@ def run_fenced_write(save: Callable) -> dict:
 
     journal = Journal(Path(tempfile.mkdtemp(prefix="fence-")) / "fence.db")
     journal.start("shared_work", {"steps": 1, "seconds": 0}, "w001")
-    old = grant(journal.conn, "w001", "worker-a", seconds=30)
-    new = grant(journal.conn, "w001", "worker-b", seconds=30, only_if_due=False)  # a takeover: token + 1
+    with immediate(journal.conn):
+        old = grant(journal.conn, "w001", "worker-a", seconds=30)
+    with immediate(journal.conn):
+        new = grant(journal.conn, "w001", "worker-b", seconds=30, only_if_due=False)  # a takeover: token + 1
     try:
         save(journal.conn, old, "work:1", {"by": "worker-a"})
         stale = "stored"

@@ -18,7 +18,6 @@ import json
 from .errors import WorkflowError
 from .core.journal import VERSIONS, Journal
 from .core import state
-from .core.state import FINAL_STATUSES
 from .core.store import append_event, immediate, to_json
 
 
@@ -44,7 +43,7 @@ def cancel(journal: Journal, workflow_id: str, by: str, reason: str) -> dict:
         raise WorkflowError(f"workflow {workflow_id!r}: say who cancels and why; nothing was changed.")
     with immediate(journal.conn):
         row = journal.row_for_update(workflow_id)
-        if row["status"] in FINAL_STATUSES:
+        if row["status"] in state.FINAL_STATUSES:
             raise WorkflowError(f"workflow {workflow_id!r} is already {row['status']}; nothing was changed.")
         if row["status"] == "blocked":
             raise WorkflowError(

@@ -1,4 +1,4 @@
-"""Floor 6 in isolation: the fake destinations, and each delivery strategy with its exact guarantee."""
+"""Effects in isolation: the fake destinations, and each delivery strategy with its exact guarantee."""
 from __future__ import annotations
 
 import sqlite3

@@ -1,4 +1,4 @@
-"""Floor 2: workflows, steps, replay and history in the step journal."""
+"""The engine: workflows, steps, replay and history in the step journal."""
 from __future__ import annotations
 
 import datetime

@@ -1,4 +1,4 @@
-"""Floor 7: leases, heartbeats and fencing tokens. One owner at a time, and a stale owner writes nothing.
+"""The engine: leases, heartbeats and fencing tokens. One owner at a time, and a stale owner writes nothing.
 
 In-process tests use plain functions on one database (a second ``Journal``
 stands for a second process); the last sections run real worker processes.

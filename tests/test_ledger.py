@@ -1,4 +1,4 @@
-"""Floor 2: the call ledger, in its own file beside the journal."""
+"""The outside world: the call ledger, in its own file beside the journal."""
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,4 @@
-"""Floor 3: failure classes, durable retry schedules, repair, fallback, escalation and stop."""
+"""The engine: failure classes, durable retry schedules, repair, fallback, escalation and stop."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""Floor 1: the SQLite file, its durability settings, transactions and strict JSON."""
+"""The engine: the SQLite file, its durability settings, transactions and strict JSON."""
 from __future__ import annotations
 
 import datetime

@@ -1,4 +1,4 @@
-"""Floor 5: waits for people and for time are rows; decisions are final; no worker is held."""
+"""The engine: waits for people and for time are rows; decisions are final; no worker is held."""
 from __future__ import annotations
 
 import sqlite3

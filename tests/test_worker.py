@@ -1,4 +1,4 @@
-"""Floor 4: the worker claims due workflows, replays them, survives SIGKILL and stops on SIGTERM."""
+"""The engine: the worker claims due workflows, replays them, survives SIGKILL and stops on SIGTERM."""
 from __future__ import annotations
 
 import json

@@ -65,8 +65,9 @@ from .leases import Heartbeat, Lease, check_lease, new_owner, release, supersede
 from .retries import (TAKEN_OVER_BY_STEP, Crashed, FormatFailure, InvalidRequest, RetryPolicy, decide, record_failure,
                       within)
 from ..redact import redact, register_secret
+from . import state
 from .state import (COMMIT_OUTPUT, COMPLETE, COMPLETE_IN_TRANSACTION, FINAL_STATUSES, START_FIRST_ATTEMPT,
-                    create_workflow, delete_workflow, let_go, move, record_step, start_attempt)
+                    create_workflow, delete_workflow, move, record_step, start_attempt)
 from .store import (DB_NOW, append_event, boundary, connect, connect_read_only, encode, every_boundary, from_json,
                     immediate, now, to_json, write)
 
@@ -505,7 +506,7 @@ class Workflow:
         (``NonDeterminism``) before anything after it runs. ``versions``
         (prompt, model, policy, source) are recorded with the step.
         ``compensate(output)`` undoes a completed step if the workflow is
-        cancelled (``Journal.cancel``; ``_stop_if_cancelled`` says in what
+        cancelled (``change.cancel``; ``stop_if_cancelled`` says in what
         order). ``timeout`` fails an attempt that takes
         longer (``StepTimeout``, transient): the activity runs on a thread
         that cannot be stopped, so its late result is discarded but whatever
@@ -521,7 +522,7 @@ class Workflow:
             return output
         crash_policy = retry or CRASH_LIMIT
         if name in self._recorded:  # tried before: a cancellation, a retry time or attempts that died come first
-            self._stop_if_cancelled()
+            self.stop_if_cancelled()
             not_before = self._not_before.get(name)
             if not_before is not None and not_before > now():
                 self._suspend_until(not_before, f"step {name!r} is not due yet")
@@ -561,7 +562,7 @@ class Workflow:
         workflow that had recorded steps beyond this point before the change
         replays the old path; a new one takes the new path. The answer is
         recorded the first time, so every later replay agrees, and so does a
-        fork taken past this line (``Journal.fork`` copies the answer).
+        fork taken past this line (``change.fork`` copies the answer).
         """
         key = f"patched:{name}"
         self._claim_name(key)
@@ -608,7 +609,7 @@ class Workflow:
         if compensate is not None:
             self._compensations.append((name, compensate, output))
 
-    def _at_frontier(self) -> bool:
+    def at_frontier(self) -> bool:
         """True where this replay has gone past every step it recorded (its compensations aside): a new boundary."""
         return not any(position > self._position and not recorded["name"].startswith(COMPENSATION)
                        for position, recorded in self._by_position.items())
@@ -617,13 +618,13 @@ class Workflow:
         """Where the code raised past every recorded step: a boundary too, so a cancellation asked for comes first.
 
         Every completed step was replayed, so every compensation is known;
-        ``_stop_if_cancelled`` then compensates and raises. Anywhere else
+        ``stop_if_cancelled`` then compensates and raises. Anywhere else
         (inside the recorded history, or while compensating) it does nothing.
         """
-        if not self._cancelling and self._at_frontier():
-            self._stop_if_cancelled()
+        if not self._cancelling and self.at_frontier():
+            self.stop_if_cancelled()
 
-    def _stop_if_cancelled(self) -> None:
+    def stop_if_cancelled(self) -> None:
         """At a step boundary: if someone cancelled the workflow, compensate what it did and end it *cancelled*.
 
         Every compensation registered so far runs, newest first, each the
@@ -692,7 +693,7 @@ class Workflow:
                 results[name] = json.loads(self._outputs[name])
         to_run = {name: fn for name, fn in branches.items() if name not in results}
         if to_run:
-            self._stop_if_cancelled()
+            self.stop_if_cancelled()
             started = {}
             with self._write(synced=False, starting=True):
                 self._write_reused()
@@ -720,7 +721,8 @@ class Workflow:
                 raise first_error
         return {name: results[name] for name in branches}
 
-    # --- what features built on the replay use (effects, waits, parallel steps): one name each ---
+    # --- what features built on the replay use (effects, waits), with ``at_frontier``, ``stop_if_cancelled`` and
+    # ``let_go``: one name each ---
 
     def place(self, name: str, input_json: str | None = None, wait: bool = False) -> int:
         """Claim ``name`` for this replay and give it the next position; blocks the workflow if the journal differs."""
@@ -734,14 +736,6 @@ class Workflow:
         self._reused.append(name)
         return True
 
-    def stop_if_cancelled(self) -> None:
-        """A step boundary: if someone cancelled the workflow, compensate and end it (``Ended``); else nothing."""
-        self._stop_if_cancelled()
-
-    def at_frontier(self) -> bool:
-        """True where this replay has gone past every step it recorded: a new boundary."""
-        return self._at_frontier()
-
     @contextmanager
     def write(self, last: bool = False):
         """A transaction under this replay's lease (a stale owner writes nothing), synced before the block returns.
@@ -754,10 +748,6 @@ class Workflow:
             self._write_reused()
             yield conn
         self._outputs.update(self._whole)  # known to this replay once committed
-
-    def let_go(self, conn: sqlite3.Connection) -> None:
-        """Inside ``write``: this replay stops here, and its lease is given up in the same commit."""
-        self._let_go(conn)
 
     def record_step(self, name: str, position: int, input_json: str | None, output_json: str) -> None:
         """Inside ``write``: the step ``name`` recorded whole, *complete*, at ``position`` (an outbox step)."""
@@ -780,7 +770,7 @@ class Workflow:
             self._fence(starting)
             yield self.conn
             if last:
-                self._let_go(self.conn)
+                self.let_go(self.conn)
         if synced:
             self._synced()
 
@@ -789,10 +779,10 @@ class Workflow:
         if self.journal.relaxing:
             self.journal.sync()
 
-    def _let_go(self, conn: sqlite3.Connection) -> None:
-        """Inside the write that ends this replay: give the lease up in the same commit."""
+    def let_go(self, conn: sqlite3.Connection) -> None:
+        """Inside a write (``write``): this replay stops here, and its lease is given up in the same commit."""
         if self.lease is not None:
-            let_go(conn, self.id)
+            state.let_go(conn, self.id)
             self.released = True
 
     def _fence(self, starting: bool = False) -> None:
@@ -848,7 +838,7 @@ class Workflow:
         Nothing is held meanwhile, and the replay that resumes it reuses every
         completed step.
         """
-        self._stop_if_cancelled()
+        self.stop_if_cancelled()
         with self.write(last=True):
             self._record_pause(reason, until)
         raise Suspended(f"workflow {self.id!r} paused: {reason}")
@@ -874,7 +864,7 @@ class Workflow:
             if decision is not None and stuck:
                 self._record_pause(stuck)
             if decision is not None and (stuck or decision.path != "fail"):  # a schedule, a pause or an end
-                self._let_go(conn)
+                self.let_go(conn)
         boundary(self.conn, f"after_failure:{name}", self.id)
         if decision is None:
             return self._adopt_recorded_output(name)
@@ -947,7 +937,7 @@ class Workflow:
         """
         if self._start_first_attempt(name, input_json, repair_message, versions_json):
             return set()
-        self._stop_if_cancelled()
+        self.stop_if_cancelled()
         with self._write(synced=False, starting=True):
             self._write_reused()
             return self._start_in_transaction(name, input_json, repair_message, versions_json)

@@ -57,7 +57,7 @@ def wait_for(wf, name: str, kind: str, request: Any = None, seconds: float | Non
     years is refused (``check_seconds``) before the wait is saved.
     A wait is a step boundary: a cancellation is carried out before it
     waits, and before a saved decision is returned where nothing was
-    recorded after this wait (``Workflow._at_frontier``).
+    recorded after this wait (``Workflow.at_frontier``).
     """
     if kind not in KINDS:
         raise ValueError(f"a wait's kind is one of {KINDS}, not {kind!r}")

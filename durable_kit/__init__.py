@@ -4,8 +4,10 @@
 
 * **workflows and steps**: ``workflow`` registers a function by kind; it
   receives a ``Workflow`` (``execute_step``, ``wait_for_approval``, ``ask``,
-  ``sleep``, ``end``, ``pause``, ``patched``); ``Journal`` starts and reads
-  workflows; ``run_workflow`` replays one; ``cancel`` and ``fork`` change course.
+  ``sleep``, ``end``, ``pause``, ``patched``); ``execute_parallel`` runs
+  steps at once; ``Journal`` starts and reads workflows; ``run_workflow``
+  replays one; ``cancel`` and ``fork`` change course; ``resume`` and
+  ``purge`` are a person's actions on a stored workflow.
 * **retries and failures**: ``RetryPolicy``, ``decide`` and the failure classes.
 * **waits and decisions**: ``approve``, ``reject``, ``answer``; ``waits``,
   ``open_wait`` and ``named_wait`` read them.
@@ -25,6 +27,7 @@ Importing ``durable_kit`` loads none of them but the fault hook, so it stays
 light: no crash lab, no pandas, matplotlib or ipywidgets.
 """
 from . import faults  # noqa: F401  (installs the boundary hook: every process fires the faults armed for it)
+from .admin import purge, resume
 from .change import cancel, fork
 from .core.journal import Ended, Journal, Suspended, Workflow, WorkflowError, run_workflow, workflow
 from .core.leases import Lease, LeaseLost, check_lease, new_owner, owner_is_gone
@@ -35,9 +38,10 @@ from .core.waits import DecisionConflict, NotWaiting, answer, approve, named_wai
 from .core.worker import due_workflows, run_worker
 from .effects import (NOT_SENT, destination, dispatch_outbox, effect_key, reconcile_then_send, send_at_most_once,
                       send_guarded, send_via_outbox)
+from .parallel import execute_parallel
 
 __all__ = [
-    "workflow", "Workflow", "Journal", "run_workflow", "cancel", "fork",
+    "workflow", "Workflow", "Journal", "run_workflow", "execute_parallel", "cancel", "fork", "resume", "purge",
     "RetryPolicy", "decide", "Transient", "RateLimited", "InvalidRequest", "FormatFailure", "AmbiguousEffect",
     "PolicyDenied", "StepTimeout",
     "approve", "reject", "answer", "waits", "open_wait", "named_wait", "NotWaiting", "DecisionConflict",

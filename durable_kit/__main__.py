@@ -131,10 +131,11 @@ def cmd_fork(args) -> int:
 
 
 def cmd_purge(args) -> int:
-    """Delete one finished workflow's stored data and rewrite the file (see ``Journal.purge`` for the limits)."""
+    """Delete one finished workflow's stored data and rewrite the file (see ``admin.purge`` for the limits)."""
+    from .admin import purge
     from .core.journal import Journal
 
-    counts = Journal(args.db, create=False).purge(args.workflow)
+    counts = purge(Journal(args.db, create=False), args.workflow)
     print(json.dumps({"workflow_id": args.workflow, "deleted": counts}) if args.json
           else f"{args.workflow}: deleted {sum(counts.values())} rows; the file was checkpointed and vacuumed. "
                "Copies elsewhere (backups, the ledger, destinations' files) are not touched.")
@@ -143,9 +144,10 @@ def cmd_purge(args) -> int:
 
 def cmd_resume(args) -> int:
     """Resume a paused, failed, blocked or escalated workflow: the next worker replays it, reusing completed steps."""
+    from .admin import resume
     from .core.journal import Journal
 
-    row = Journal(args.db, create=False).resume(args.workflow, args.by)
+    row = resume(Journal(args.db, create=False), args.workflow, args.by)
     print(json.dumps({"workflow_id": args.workflow, "status": row["status"]}) if args.json
           else f"{args.workflow}: {row['status']}; a worker will replay it, reusing every completed step")
     return 0
@@ -195,7 +197,7 @@ def cmd_status(args) -> int:
         origin = json.loads(wf["origin"])
         print(f"  forked from {origin['workflow']} up to step {origin['up_to']} by {origin['by']}")
     if wf["cancel_requested"] and wf["status"] != "cancelled":
-        from .core.journal import too_late
+        from .change import too_late
         from .core.state import FINAL_STATUSES
 
         request = json.loads(wf["cancel_requested"])

@@ -1,24 +1,118 @@
 """A feature on the engine: a long task changes course. A person cancels it, or forks it from a step.
 
 A cancellation is cooperative: the workflow stops at its next step boundary
-and its completed effects are undone by their compensations, newest first,
+and its completed steps are undone by their compensations, newest first,
 each a durable step of its own; one that keeps failing pauses the workflow
-before any older one runs, and ``resume`` continues from it (the replay
-carries it out: ``core/journal.py``). A fork tries a fixed prompt again from
-a given step: a new workflow that follows the original's recorded decisions
-up to that step, leaving the original untouched. The other changes of course
-live in the engine: the determinism check and ``patched`` in
-``core/journal.py``, step timeouts in ``core/retries.py``, deadlines in
-``core/waits.py``.
+before any older one runs, and ``resume`` continues from it. The replay
+carries it out through the engine's extension points (``EXTENSIONS`` in
+``core/journal.py``). A fork tries a fixed prompt again from a given step: a
+new workflow that follows the original's recorded decisions up to that step,
+leaving the original untouched. The other changes of course live in the
+engine: the determinism check and ``patched`` in ``core/journal.py``, step
+timeouts in ``core/retries.py``, deadlines in ``core/waits.py``.
 """
 from __future__ import annotations
 
 import json
+import weakref
+from functools import partial
 
-from .errors import WorkflowError
-from .core.journal import VERSIONS, Journal
+from .errors import Ended, WorkflowError
+from .core.journal import EXTENSIONS, VERSIONS, Journal
 from .core import state
+from .core.retries import RetryPolicy, decide
 from .core.store import append_event, immediate, to_json
+from .redact import redact
+
+# A compensation is retried like a flaky call; it must happen, so once its tries are spent it pauses the
+# workflow for a person (``compensation_failed``), never ends it.
+COMPENSATION_RETRY = RetryPolicy(max_attempts=5, base_delay=1.0, max_delay=30.0)
+COMPENSATION = "compensate:"  # a compensation's step name: this prefix and the name of the step it undoes
+
+# What a workflow that ended while a cancellation was asked for did instead, by its final status.
+ENDED_INSTEAD = {"complete": "completed", "escalated": "escalated", "stopped": "stopped", "rejected": "was rejected"}
+
+_CANCELLING: "weakref.WeakSet" = weakref.WeakSet()  # the replays running their compensations
+
+
+def too_late(status: str, request: dict) -> str:
+    """What the history and ``status`` say of a cancellation that came after the workflow's last boundary."""
+    return (f"{ENDED_INSTEAD.get(status, status)} before the cancellation took effect "
+            f"(requested by {request['by']}: {request['reason']})")
+
+
+def stop_if_cancelled(wf, new: bool = True) -> None:
+    """At a step boundary: if someone cancelled the workflow, compensate what it did and end it *cancelled*.
+
+    Where the replay passed a decided wait or its code raised (not ``new``), only if nothing but
+    compensations was recorded after this point. Every compensation registered so far runs, newest first,
+    each the durable step ``compensate:<step>`` (a completed one is reused). In the commit that ends it
+    *cancelled*, each outbox delivery no dispatcher has tried is withdrawn and never sent; one already tried
+    may have reached its destination, so it stays pending and is sent again with its key, and the history
+    says so.
+    """
+    if wf in _CANCELLING or not new and any(not n.startswith(COMPENSATION) for n in wf.recorded_after()):
+        return
+    row = wf.conn.execute("SELECT cancel_requested FROM workflows WHERE id = ?", (wf.id,)).fetchone()
+    if row["cancel_requested"] is None:
+        return
+    request = json.loads(row["cancel_requested"])
+    _CANCELLING.add(wf)
+    undone = []
+    for name, undo, output in reversed(wf.compensations):  # newest first, each a durable step of its own
+        wf.execute_step(f"{COMPENSATION}{name}", partial(undo, output), {"undoes": name}, retry=COMPENSATION_RETRY)
+        undone.append(name)
+    reason = f"cancelled by {request['by']}: {request['reason']}"
+    with wf.write(last=True):
+        state.move(wf.conn, wf.id, "cancelled", {"error": redact(reason), "next_run_at": None})
+        said = reason + (f"; compensated {', '.join(undone)}" if undone else "; nothing to undo")
+        withdrawn = [r["action"] for r in wf.conn.execute(
+            "UPDATE outbox SET status = 'withdrawn' WHERE workflow_id = ? AND status = 'pending'"
+            " AND attempts = 0 RETURNING action", (wf.id,))]
+        tried = [r["action"] for r in wf.conn.execute(
+            "SELECT action FROM outbox WHERE workflow_id = ? AND status = 'pending' ORDER BY action", (wf.id,))]
+        if withdrawn:
+            said += f"; withdrew the undelivered {', '.join(sorted(withdrawn))}"
+        if tried:
+            said += f"; already tried, so it may still arrive: {', '.join(tried)}"
+        append_event(wf.conn, wf.id, None, "workflow_cancelled", said)
+    raise Ended(f"workflow {wf.id!r}: {reason}")
+
+
+def compensation_failed(wf, name: str, error: Exception, retry: RetryPolicy | None) -> str | None:
+    """Inside a failed compensation's write: None if it is retried, else why the workflow pauses.
+
+    A compensation must happen, and older ones run only after it, so no failure of one ends the workflow:
+    once its policy would not retry, the workflow is *paused* for a person. A ``resume`` continues from this
+    compensation; from then on each failed attempt pauses it again.
+    """
+    if wf not in _CANCELLING:
+        return None
+    row = wf.conn.execute(
+        "SELECT s.attempts, w.retry_budget - w.retries_used AS budget_left FROM steps s"
+        " JOIN workflows w ON w.id = s.workflow_id WHERE s.workflow_id = ? AND s.name = ?", (wf.id, name)).fetchone()
+    if row is None:
+        return None
+    policy = retry or COMPENSATION_RETRY
+    decision = decide(error, row["attempts"], policy, row["budget_left"])
+    if decision.path == "retry":
+        return None
+    why = (f"{type(error).__name__} on attempt {row['attempts']}, after a resume: {error}"
+           if row["attempts"] > policy.max_attempts else decision.reason)
+    return (f"cancelling: compensation {name!r} did not succeed ({why}); no older compensation runs before it "
+            "does. Fix the cause, then resume it: it continues from this compensation.")
+
+
+def report_too_late(wf, status: str) -> None:
+    """Inside the write that ended the workflow: a cancellation asked for meanwhile took no effect; say so."""
+    row = wf.conn.execute("SELECT cancel_requested FROM workflows WHERE id = ?", (wf.id,)).fetchone()
+    if row["cancel_requested"] is not None:
+        append_event(wf.conn, wf.id, None, "cancel_too_late", too_late(status, json.loads(row["cancel_requested"])))
+
+
+EXTENSIONS["boundary"].append(stop_if_cancelled)
+EXTENSIONS["failed"].append(compensation_failed)
+EXTENSIONS["ended"].append(report_too_late)
 
 
 def cancel(journal: Journal, workflow_id: str, by: str, reason: str) -> dict:

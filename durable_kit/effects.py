@@ -137,7 +137,7 @@ def send_via_outbox(wf: "Workflow", action: str, destination_name: str, payload:
     payload_json = to_json(payload, wf.id, action, "outbox payload")
     position = wf.place(action, payload_json)
     if not wf.reuse(action):
-        wf.stop_if_cancelled()
+        wf.at_boundary()
         output_json = to_json({"key": key, "destination": destination_name}, wf.id, action, "outbox intent")
         with wf.write():
             wf.record_step(action, position, payload_json, output_json)

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from durable_kit import Journal, run_workflow
+from durable_kit import Journal, resume, run_workflow
 from durable_kit.agents.loop import (activity_runs, fixture_passage, load_case, replay_state, usage,
                                      usage_lines)
 from durable_kit.core.waits import answer
@@ -152,7 +152,7 @@ def test_a_provider_outage_pauses_the_loop_and_a_resume_continues_it(db):
     forced = run_in_child(db, "o1")  # a replay forced while the provider is still down pauses again
     assert (forced.status, usage(db, "o1")["refused_model_calls"]) == ("paused", 2)
     clear_outage(db)
-    journal.resume("o1", by="ops")
+    resume(journal, "o1", by="ops")
     done = run_in_child(db, "o1")
     assert (done.exit_code, done.status) == (0, "complete")
     used = usage(db, "o1")

@@ -499,7 +499,7 @@ def fan_out(wf):
             return {"source": source}
         return activity
 
-    found = wf.execute_parallel({f"read:{s}": read(s, t) for s, t in [("a", 0.1), ("b", 0.3), ("c", 0.6)]})
+    found = durable_kit.execute_parallel(wf, {f"read:{s}": read(s, t) for s, t in [("a", 0.1), ("b", 0.3), ("c", 0.6)]})
     return sorted(v["source"] for v in found.values())
 '''
 

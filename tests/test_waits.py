@@ -459,7 +459,7 @@ def test_an_approval_saved_while_a_replay_reaches_the_wait_is_not_lost(journal, 
     saved and the workflow must still run on: not stay *waiting* with no run
     time and no open wait, where no worker will ever pick it up.
     """
-    real_write = Workflow._write
+    real_write = Workflow._fenced
     other = Journal(journal.path)  # the person's process
     decided, writes = [], []
 
@@ -472,7 +472,7 @@ def test_an_approval_saved_while_a_replay_reaches_the_wait_is_not_lost(journal, 
         with real_write(wf, *args, **kwargs) as conn:
             yield conn
 
-    monkeypatch.setattr(Workflow, "_write", approval_lands_first)
+    monkeypatch.setattr(Workflow, "_fenced", approval_lands_first)
     run_workflow(journal, "g1")
     monkeypatch.undo()
     assert [plain(d) for d in decided] == [{"approved": True, "by": "ana", "comment": ""}]

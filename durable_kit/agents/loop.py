@@ -30,7 +30,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from .. import Journal, Workflow, waits, workflow
+from .. import Journal, Workflow, execute_parallel, waits, workflow
 from ..fakes import data_dir
 from ..fakes.scripted import SCRIPTED_MODEL, ProviderUnavailable, ScriptedModel, cost_of
 from ..fakes.sources import load_filings
@@ -155,7 +155,7 @@ def use_tool(wf: Workflow, turn: int, action: dict, state: LoopState) -> Any:
             _source_call(db_path, wf.id, f"read {passage_id}")
             return fixture_passage(passage_id)
         names = {f"{prefix}:read:{p}": p for p in args["passages"]}
-        outputs = wf.execute_parallel({name: (lambda p=p: read(p)) for name, p in names.items()},
+        outputs = execute_parallel(wf, {name: (lambda p=p: read(p)) for name, p in names.items()},
                                       {name: {"passage": p} for name, p in names.items()})
         return {names[name]: passage for name, passage in outputs.items()}
     if tool == "note_finding":

@@ -55,9 +55,8 @@ def wait_for(wf, name: str, kind: str, request: Any = None, seconds: float | Non
     the first time the line is reached, so every replay agrees on it. A
     deadline or a timer's seconds that is not a finite number from 0 to 100
     years is refused (``check_seconds``) before the wait is saved.
-    A wait is a step boundary: a cancellation is carried out before it
-    waits, and before a saved decision is returned where nothing was
-    recorded after this wait (``Workflow.at_frontier``).
+    A wait is a step boundary (``Workflow.at_boundary``): before it waits,
+    and, not as a new one, before a saved decision is returned.
     """
     if kind not in KINDS:
         raise ValueError(f"a wait's kind is one of {KINDS}, not {kind!r}")
@@ -68,10 +67,9 @@ def wait_for(wf, name: str, kind: str, request: Any = None, seconds: float | Non
     select = "SELECT * FROM waits WHERE workflow_id = ? AND name = ?"
     row = _check_kind(wf, name, kind, conn.execute(select, (wf.id, name)).fetchone())
     if row is not None and row["status"] == "resolved":  # a decision never changes: no lock needed
-        if wf.at_frontier():  # nothing recorded after it: a boundary, where a cancellation comes first
-            wf.stop_if_cancelled()
+        wf.at_boundary(new=False)
         return from_json(row["decision"])
-    wf.stop_if_cancelled()
+    wf.at_boundary()
     request_json = to_json(request, wf.id, name, f"{kind} request")
     after = seconds if kind == "timer" else deadline
 

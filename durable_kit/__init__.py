@@ -27,14 +27,14 @@ Importing ``durable_kit`` loads none of them but the fault hook, so it stays
 light: no crash lab, no pandas, matplotlib or ipywidgets.
 """
 from . import faults  # noqa: F401  (installs the boundary hook: every process fires the faults armed for it)
-from .admin import purge, resume
 from .change import cancel, fork
 from .core.journal import Ended, Journal, Suspended, Workflow, WorkflowError, run_workflow, workflow
 from .core.leases import Lease, LeaseLost, check_lease, new_owner, owner_is_gone
 from .core.retries import (AmbiguousEffect, FormatFailure, InvalidRequest, PolicyDenied, RateLimited, RetryPolicy,
                            StepTimeout, Transient, decide)
 from .core.store import NotJSON, SchemaMismatch, immediate
-from .core.waits import DecisionConflict, NotWaiting, answer, approve, named_wait, open_wait, reject, waits
+from .admin import named_wait, open_wait, purge, resume, waits
+from .core.waits import DecisionConflict, NotWaiting, answer, approve, reject
 from .core.worker import due_workflows, run_worker
 from .effects import (NOT_SENT, destination, dispatch_outbox, effect_key, reconcile_then_send, send_at_most_once,
                       send_guarded, send_via_outbox)

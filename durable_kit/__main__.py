@@ -74,7 +74,8 @@ def cmd_decide(args) -> int:
     from .errors import WorkflowError
     from .core.journal import Journal
     from .redact import redact, redact_value
-    from .core.waits import answer, approve, describe_outcome, reject
+    from .admin import describe_outcome
+    from .core.waits import answer, approve, reject
 
     journal = Journal(args.db, create=False)
     try:
@@ -168,7 +169,7 @@ STATUS_HINTS = {
 def cmd_status(args) -> int:
     from . import agents  # noqa: F401  (registers the built-in workflows: a kind none of them is, is said so)
     from .core.journal import WORKFLOWS, Journal
-    from .core.waits import open_wait
+    from .admin import open_wait
 
     journal = Journal(args.db, read_only=True)
     wf = journal.workflow(args.workflow)

@@ -1,4 +1,4 @@
-"""A feature on the engine: what a person does to a stored workflow by hand. Resume it, or purge it.
+"""A feature on the engine: what a person reads and does by hand. Waits, a decision's outcome, resume, purge.
 
 A resume makes a workflow that no worker takes up by itself runnable again;
 its next replay reuses every completed step. A purge deletes a finished
@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from .core import state
 from .core.journal import Journal
-from .core.store import append_event, immediate, now
+from .core.store import append_event, from_json, immediate, now
+from .core.waits import describe, event_name, utc
 from .errors import WorkflowError
 
 RESUMABLE = ("paused", "failed", "blocked", "escalated")  # no worker takes these up by itself
@@ -50,3 +51,28 @@ def purge(journal: Journal, workflow_id: str) -> dict[str, int]:
     journal.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     journal.conn.execute("VACUUM")
     return counts
+
+
+def waits(journal: Journal, workflow_id: str) -> list[dict]:
+    """The workflow's waits, oldest first, request and decision decoded."""
+    rows = journal.conn.execute("SELECT * FROM waits WHERE workflow_id = ? ORDER BY created_at, name", (workflow_id,))
+    return [{**dict(r), "request": from_json(r["request"]), "decision": from_json(r["decision"])} for r in rows]
+
+
+def open_wait(journal: Journal, workflow_id: str) -> dict | None:
+    """What the workflow waits for now (its open wait), or None."""
+    return next((w for w in waits(journal, workflow_id) if w["status"] == "waiting"), None)
+
+
+def named_wait(journal: Journal, workflow_id: str, name: str) -> dict | None:
+    """One wait of the workflow by name, request and decision decoded; None if it was not reached yet."""
+    return next((w for w in waits(journal, workflow_id) if w["name"] == name), None)
+
+
+def describe_outcome(workflow_id: str, result: dict) -> str:
+    """One line for a person: what was saved, or that an earlier identical decision stands and nothing was saved."""
+    decided = {k: v for k, v in result.items() if k not in ("wait", "saved", "decided_at")}
+    if result["saved"]:
+        return f"{workflow_id}, wait {result['wait']!r}: saved: {describe(decided)}"
+    return (f"{workflow_id}, wait {result['wait']!r}: already {event_name(decided)} by {decided['by']} "
+            f"at {utc(result['decided_at'])}; nothing saved")

@@ -54,7 +54,8 @@ from .faults import TRACE_VARIABLE, arm, disarm_all
 from .core.journal import Journal, WorkflowError
 from .core.state import bring_due
 from .core.store import DB_NOW, immediate, now
-from .core.waits import answer, approve, open_wait, reject
+from .admin import open_wait
+from .core.waits import answer, approve, reject
 
 # Where a workflow can end up once nothing more is due.
 SETTLED = ("complete", "escalated", "stopped", "rejected", "failed", "cancelled", "paused", "blocked")

@@ -9,7 +9,7 @@ import pytest
 from durable_kit import Journal, run_workflow, workflow
 from durable_kit.change import cancel, fork
 from durable_kit.core.store import now
-from durable_kit.core.waits import waits
+from durable_kit.admin import waits
 from durable_kit.core.worker import run_due
 from durable_kit.effects import (DESTINATIONS, NOT_SENT, destination, dispatch_outbox, effect_key,
                                  reconcile_then_send, send_at_most_once, send_guarded, send_via_outbox)

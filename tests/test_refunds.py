@@ -12,7 +12,8 @@ from durable_kit import Journal, run_workflow
 from durable_kit.__main__ import MATRIX_KEYS
 from durable_kit.agents.refunds import CRASH_POINTS, STRATEGIES, approval_reason, check_evidence, crash_matrix
 from durable_kit.core.retries import InvalidRequest
-from durable_kit.core.waits import approve, open_wait, reject, waits
+from durable_kit.admin import open_wait, waits
+from durable_kit.core.waits import approve, reject
 from durable_kit.core.worker import run_worker
 from durable_kit.fakes.llm import MODEL_NAME, FakeLLM
 from durable_kit.fakes.notifier import Notifier, notifier_path

@@ -10,7 +10,7 @@ import pytest
 
 import durable_kit.agents  # noqa: F401  (registers reviewed_report for in-process runs)
 from durable_kit import Journal, run_workflow
-from durable_kit.core.waits import open_wait
+from durable_kit.admin import open_wait
 from durable_kit.fakes.llm import load_topics
 from durable_kit.fakes.notifier import Notifier
 from durable_kit.faults import CRASH_EXIT_CODE

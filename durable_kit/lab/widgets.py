@@ -19,7 +19,7 @@ import pandas as pd
 
 from ..errors import WorkflowError
 from ..core.journal import Journal
-from ..core.waits import answer, approve, named_wait, open_wait, reject, waits
+from .. import answer, approve, named_wait, open_wait, reject, waits
 
 
 def _bound_wait(journal: Journal, workflow_id: str, kind: str, name: str | None) -> str | None:

@@ -40,6 +40,24 @@ def load_module(name: str) -> None:
     spec.loader.exec_module(module)
 
 
+def from_json_argument(text: str, flag: str, outcome: str):
+    """Decode JSON given on the command line as ``flag``, or raise ``NotJSON`` saying what is wrong and what to give."""
+    from .core.store import MAX_DEPTH, NotJSON, _too_deep
+
+    problem = None
+    try:
+        problem = _too_deep(text)
+        if problem is None:
+            return json.loads(text)
+    except RecursionError:
+        problem = f"it is nested deeper than {MAX_DEPTH} levels"
+    except json.JSONDecodeError as error:
+        raise NotJSON(f"{flag} is not JSON ({error.msg} at character {error.pos}); {outcome} Quote it for the "
+                      """shell, for example --input '{"order_id": "A-1002"}'.""") from None
+    raise NotJSON(f"{flag} cannot be used ({problem}); {outcome} Give a flatter value (at most {MAX_DEPTH} levels "
+                  "of lists and objects).")
+
+
 def cmd_run(args) -> int:
     from . import agents  # noqa: F401  (registers the built-in workflows)
     from .core.journal import Journal, run_workflow
@@ -54,7 +72,6 @@ def cmd_run(args) -> int:
 def cmd_start(args) -> int:
     from . import agents  # noqa: F401  (registers the built-in workflows)
     from .core.journal import WORKFLOWS, Journal
-    from .core.store import from_json_argument
 
     if args.module:
         load_module(args.module)
@@ -120,7 +137,6 @@ def cmd_fork(args) -> int:
     from . import agents  # noqa: F401  (registers the built-in workflows, for the version the fork records)
     from .change import fork
     from .core.journal import Journal
-    from .core.store import from_json_argument
 
     if args.module:
         load_module(args.module)
@@ -543,9 +559,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     import sqlite3
 
-    from .errors import SettingError, WorkflowError
+    from .errors import SettingError, WorkflowError, describe_storage_fault
     from .redact import redact
-    from .core.store import NotJSON, SchemaMismatch, StorageFault, describe_storage_fault
+    from .core.store import NotJSON, SchemaMismatch, StorageFault
 
     try:
         return args.handler(args)

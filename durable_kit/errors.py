@@ -1,11 +1,15 @@
-"""Below the engine: the exceptions every part of the kit may raise or catch.
+"""Below the engine: the exceptions every part of the kit may raise or catch, and the words that explain them.
 
 They live below the journal so that modules which use each other's errors
 (the journal, waits, effects) never need to import each other for them.
 """
 from __future__ import annotations
 
+import math
+import os
 import sqlite3
+from pathlib import Path
+from typing import Any
 
 
 class WorkflowError(RuntimeError):
@@ -69,3 +73,78 @@ class NonDeterminism(Suspended):
     the divergence runs: deploy code that replays the recorded history (for
     example behind ``Workflow.patched``), then ``resume`` it, or ``fork`` it.
     """
+
+
+def describe_storage_fault(error: BaseException, path: str | Path) -> str:
+    """One line for a person: what the storage fault is, at which path, that nothing was half-written, what to do."""
+    text = str(error)
+    kept = "nothing was half-written (the transaction rolled back)"
+    if Path(path).is_dir():
+        return (f"{Path(path)} is a folder, not a journal file; nothing was written. Point --db at a file, "
+                f"for example {Path(path) / 'journal.db'}.")
+    if "full" in text:
+        return f"{path}: the disk or the file-size limit is full; {kept}. Free space, then run the command again."
+    if "disk I/O error" in text:
+        return (f"{path}: the disk refused a write (a full disk, a file-size limit such as `ulimit -f`, or a failing "
+                f"device); {kept}. Free space or raise the limit, then run the command again.")
+    folder = Path(path).parent
+    cannot_write = Path(path).exists() and not (os.access(path, os.W_OK) and os.access(folder, os.W_OK))
+    read_only = (f"{path} is read-only (its file mode, its folder or its mount); nothing was written. Make it "
+                 "writable, then run the command again.")
+    if cannot_write and ("readonly" in text or "read-only" in text or "unable to open" in text):
+        return read_only
+    for suffix, what in (("-wal", "write-ahead log"), ("-shm", "shared-memory index")):
+        beside_it = Path(f"{path}{suffix}")
+        if beside_it.exists() and not os.access(beside_it, os.R_OK | os.W_OK):
+            return (f"{beside_it} (the journal's {what}) cannot be read and written by this process "
+                    f"(mode {beside_it.stat().st_mode & 0o777:03o}); nothing was written. Give it the journal's own "
+                    "owner and mode (for example `chmod 644`), then run the command again.")
+    if "readonly" in text or "read-only" in text:
+        return read_only
+    if "locked" in text or "busy" in text:
+        return (f"{path} stayed locked by another process past the busy timeout (a paused or very slow writer); "
+                "nothing was written. Find the process holding it (for example `fuser`), or try again later.")
+    if "not a database" in text or "malformed" in text:
+        return (f"{path} is damaged or is not an SQLite database ({text}); nothing was changed. Restore it from a "
+                "copy, or point --db at the right file.")
+    if "unable to open" in text:
+        return (f"{path} cannot be opened (its folder is missing or not writable); nothing was written. "
+                "Check the path and the folder's permissions.")
+    return f"{path}: storage fault: {text}; {kept}."
+
+
+def describe_json_problem(value: Any, max_depth: int) -> str | None:
+    """Where in ``value`` the first non-JSON item sits, like ``$.scores[2] is nan``; None if all is JSON.
+
+    A value too deep for Python to walk is described as nested deeper than ``max_depth`` levels.
+    """
+    try:
+        found = _find_problem(value, set())
+    except RecursionError:
+        return f"it is nested deeper than {max_depth} levels"
+    if found is None:
+        return None
+    path, problem = found
+    return "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in reversed(path)) + f" {problem}"
+
+
+def _find_problem(value: Any, open_ids: set[int]) -> tuple[list, str] | None:
+    # The path is built only on the way back from a problem, so valid values cost one walk.
+    if isinstance(value, float):
+        return None if math.isfinite(value) else ([], f"is {value}")
+    if value is None or isinstance(value, (str, int, bool)):
+        return None
+    if not isinstance(value, (dict, list, tuple)):
+        return [], f"is a {type(value).__name__}"
+    if id(value) in open_ids:
+        return [], "contains itself"
+    open_ids.add(id(value))
+    for key, item in (value.items() if isinstance(value, dict) else enumerate(value)):
+        if isinstance(value, dict) and not isinstance(key, str):
+            return [], f"has a key of type {type(key).__name__} (JSON keys are strings)"
+        found = _find_problem(item, open_ids)
+        if found is not None:
+            found[0].append(key)
+            return found
+    open_ids.discard(id(value))
+    return None

@@ -1,43 +1,11 @@
 """The engine: one owner at a time. Leases, heartbeats and fencing tokens.
 
-A process owns a workflow through a lease: its name as owner, an expiry, and
-a fencing token that grows with every lease granted. While it replays, a
-heartbeat renews the lease about every third of its length.
-
-The clock. Expiries are computed by SQL inside ``BEGIN IMMEDIATE``
-(``DB_NOW``). With SQLite that is the operating system's wall clock of
-whichever process runs the statement: every process on this machine reads
-the same clock, but it is not monotonic and it is not shared with other
-machines. If it steps backwards (a manual change, a time sync), leases last
-longer and a dead owner is replaced later; if it jumps forwards, leases expire
-early and a live owner's next attempt is refused (it costs a repeat, never a
-second owner, because writes are fenced by token, not by time). Workers on
-several machines need one clock they all read: a database server's.
-
-A lease alone is not enough. A process that pauses (a SIGSTOP, a long garbage
-collection, a laptop lid) can wake after its lease expired and another owner
-took over, and it does not know. So every journal write carries the token and
-checks it in the same transaction: a stale owner's write is refused
-(``LeaseLost``) and it stops working on that workflow. The write that starts
-an attempt also refuses once the lease has expired by the database's clock or
-the heartbeat gave up, so an owner that lost contact starts nothing new. What
-a stale owner did *outside* the journal (a call it was making when it paused)
-is not undone: a destination refuses it only if it is sent the token too and
-checks it (``Workflow.fencing_token``).
-
-An owner that died is noticed two ways: its lease expires, or its process no
-longer exists (``owner_is_gone``). The second shortcut is taken only for an
-owner that ran on this machine since its last boot and in this PID namespace
-(both are part of the owner's name), where a process id means the same
-process; anywhere else, or where the system does not tell, the lease must expire.
-
-A person's ``run`` never takes a workflow from a live owner unless told to
-(``take``, ``run --take-over``). An attempt that ends because another owner
-took its lease while its process lived (a takeover of a live lease, or a
-revocation of an owner on this machine whose process still exists) is
-recorded as ``attempt_taken_over``: it is not a crash and never counts toward
-``max_attempts``. Only on this machine is an owner known to live; an owner
-elsewhere whose lease expired counts as crashed.
+A lease is an owner, an expiry by the database's clock (``DB_NOW``: this machine's wall clock, not monotonic,
+not shared with other machines) and a fencing token that grows with every grant. Every write under a lease
+checks its token in the same transaction: a stale owner's write is refused (``LeaseLost``), but what it did
+outside the journal is not undone. No attempt starts once the lease has expired or its heartbeat gave up. An
+owner is gone once its lease expires, or at once if it ran on this machine (same boot and PID namespace) and its
+process no longer exists. An attempt taken from an owner whose process lived (known only here) is not a crash.
 """
 from __future__ import annotations
 
@@ -65,7 +33,6 @@ __all__ = ["LeaseHeld", "LeaseLost"]  # re-exported: they are raised here
 @dataclass(frozen=True)
 class Lease:
     """The right to write one workflow's journal, while ``token`` is the workflow's current token."""
-
     workflow_id: str
     owner: str
     token: int
@@ -90,12 +57,7 @@ def new_owner() -> str:
 
 
 def owner_is_gone(owner: str | None) -> bool:
-    """True if ``owner`` ran on this machine, since its last boot and in this PID namespace, and is gone.
-
-    Only then does its process id name the same process here. Any other
-    owner (another machine, container or boot, or a system without /proc)
-    is never judged gone by pid: its lease must expire.
-    """
+    """True if ``owner`` ran on this machine, boot and PID namespace and is gone; no other owner is judged by pid."""
     if not owner or owner.count(":") < 2:
         return False
     where, pid, _ = owner.rsplit(":", 2)
@@ -111,36 +73,25 @@ def owner_is_gone(owner: str | None) -> bool:
 
 
 def owner_is_alive(owner: str | None) -> bool:
-    """True if ``owner`` ran on this machine, since its last boot and in this PID namespace, and its process exists.
-
-    Such an owner whose workflow is taken from it was paused or slow, not
-    dead. (A process id reused by another process since would count too.)
-    """
-    if not owner or owner.count(":") < 2:
-        return False
-    where, pid, _ = owner.rsplit(":", 2)
+    """True if ``owner`` ran on this machine, boot and PID namespace and its process (or a reuse of its pid) exists."""
+    where, pid, _ = owner.rsplit(":", 2) if owner and owner.count(":") >= 2 else ("", "", "")
     return "/" in where and where == machine() and pid.isdigit() and not owner_is_gone(owner)
 
 
 def _is_zombie(pid: int) -> bool:
     # A killed process whose parent has not collected it yet still has a pid: it is dead all the same.
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
     except OSError:  # no /proc (macOS), or it just went away
         return False
-    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
 
 
 def grant(conn: sqlite3.Connection, workflow_id: str, owner: str, seconds: float = LEASE_SECONDS,
           only_if_due: bool = True) -> Lease | None:
-    """Inside the caller's ``BEGIN IMMEDIATE``: grant ``owner`` a lease and mark it *running*; None if not due.
+    """Inside the caller's ``BEGIN IMMEDIATE``: a lease for ``owner``, the workflow *running*; None if not granted.
 
-    ``only_if_due=False`` takes the workflow whatever its status (a person's
-    ``run`` command), except a final one: the new token fences out any
-    current owner. A final workflow is never granted, so it never runs again.
-    The same commit records that a replay starts (``replay_started``, with how
-    many completed steps are on record): the lease exists to replay the workflow.
-    """
+    ``only_if_due=False``: whatever its status, fencing out any owner, but never a final one. Recorded in the
+    same commit: ``replay_started``, with how many completed steps are on record."""
     row = state.grant(conn, workflow_id, owner, seconds, only_if_due)
     if row is None:
         return None
@@ -152,15 +103,9 @@ def take(conn: sqlite3.Connection, row, owner: str, take_over: bool = False,
          seconds: float = LEASE_SECONDS) -> Lease:
     """Inside the caller's ``BEGIN IMMEDIATE``: a person's ``run`` takes the workflow ``row`` (not final) for ``owner``.
 
-    ``row`` has the workflow's ``id``, ``status``, ``owner``, ``fencing_token``
-    and ``lease_left`` (seconds its lease has left by ``DB_NOW``). A live
-    owner (running, its lease not expired, its process not gone from this
-    machine) is refused with ``LeaseHeld``, naming it and its expiry, and
-    nothing is written, unless ``take_over``: then the new token fences it
-    out. Either way an attempt of an owner that was live, or whose process
-    still exists on this machine, is recorded as taken over
-    (``note_taken_over``): it never counts as a crash.
-    """
+    ``row``: ``id``, ``status``, ``owner``, ``fencing_token``, ``lease_left`` (seconds by ``DB_NOW``). A live owner is
+    refused (``LeaseHeld``, nothing written) unless ``take_over``. An attempt of an owner that was live, or whose
+    process exists here, is recorded as taken over (``note_taken_over``), not as a crash."""
     holder = row["owner"] if row["status"] == "running" else None
     live = (holder is not None and row["lease_left"] is not None and row["lease_left"] >= 0
             and not owner_is_gone(holder))
@@ -176,24 +121,16 @@ def take(conn: sqlite3.Connection, row, owner: str, take_over: bool = False,
 
 
 def note_taken_over(conn: sqlite3.Connection, workflow_id: str, owner: str, token: int, new_token: int) -> None:
-    """Inside the takeover's transaction: record each attempt ``owner`` was running as taken over, not crashed.
-
-    One ``attempt_taken_over`` event per running step; ``retries`` leaves
-    these attempts out when it counts a step's attempts against ``max_attempts``.
-    """
-    running = conn.execute("SELECT name, attempts FROM steps WHERE workflow_id = ? AND status = 'running'",
-                           (workflow_id,)).fetchall()
-    for step in running:
+    """Inside the takeover's transaction: one ``attempt_taken_over`` event per step ``owner`` was running."""
+    for step in conn.execute("SELECT name, attempts FROM steps WHERE workflow_id = ? AND status = 'running'",
+                             (workflow_id,)).fetchall():
         append_event(conn, workflow_id, step["name"], TAKEN_OVER,
                      f"attempt {step['attempts']} (token {token}) by {owner} was running when token {new_token} "
                      "took over; it is not counted as a crash")
 
 
 def check_lease(conn: sqlite3.Connection, lease: Lease, live: bool = False) -> None:
-    """Inside a write transaction: raise ``LeaseLost`` unless ``lease`` still holds the current token.
-
-    ``live=True`` also requires that the lease has not expired by ``DB_NOW``.
-    """
+    """Inside a write transaction: raise ``LeaseLost`` unless ``lease`` holds the current token (``live``: unexpired)."""
     row = conn.execute(f"SELECT fencing_token, lease_expires_at < {DB_NOW} AS expired FROM workflows WHERE id = ?",
                        (lease.workflow_id,)).fetchone()
     if row["fencing_token"] != lease.token:
@@ -211,11 +148,7 @@ def superseded(lease: Lease, current_token: int) -> LeaseLost:
 
 
 def renew(conn: sqlite3.Connection, lease: Lease) -> bool:
-    """Inside the caller's transaction: push the lease's expiry ``lease.seconds`` past now; False if lost or expired.
-
-    An expired lease is not revived: another worker may already be taking the
-    workflow back, and its owner must stop starting attempts.
-    """
+    """Inside the caller's transaction: the expiry ``lease.seconds`` from now; False if lost or expired (not revived)."""
     return state.renew(conn, lease.workflow_id, lease.token, lease.seconds)
 
 
@@ -227,16 +160,10 @@ def release(conn: sqlite3.Connection, lease: Lease) -> None:
 
 def revoke_abandoned(conn: sqlite3.Connection, assume_dead: bool = False,
                      trust_pids: bool = True) -> list[tuple[str, str]]:
-    """Make *running* workflows whose owner is gone or whose lease expired *pending*; return (id, why) pairs.
+    """*Running* workflows whose lease expired or owner is gone become *pending*, under a new token; (id, why) pairs.
 
-    Revoking bumps the token, so the old owner's writes are refused from now
-    on. An owner whose process still exists on this machine (paused past its
-    lease) has its running attempts recorded as taken over, not crashed
-    (``note_taken_over``). ``trust_pids=False`` waits for the lease to expire even when the
-    owner's process is visibly gone, as workers on other machines must.
-    ``assume_dead=True`` takes back every running workflow: the unsafe
-    single-worker assumption of notebooks 03 to 05, kept to show its failure.
-    """
+    An owner whose process exists here has its attempts recorded as taken over. ``trust_pids=False`` waits for
+    expiry even for a vanished process; ``assume_dead=True`` takes every one back (unsafe, notebooks 03 to 05)."""
     select = (f"SELECT id, owner, fencing_token, lease_expires_at < {DB_NOW} AS expired FROM workflows"
               " WHERE status = 'running' ORDER BY id")
     if not any(_abandoned(row, assume_dead, trust_pids) for row in conn.execute(select)):
@@ -244,8 +171,7 @@ def revoke_abandoned(conn: sqlite3.Connection, assume_dead: bool = False,
     revoked = []
     with immediate(conn):
         for row in conn.execute(select).fetchall():  # again, under the lock
-            why = _abandoned(row, assume_dead, trust_pids)
-            if why is None:
+            if (why := _abandoned(row, assume_dead, trust_pids)) is None:
                 continue
             state.take_back(conn, row["id"])
             append_event(conn, row["id"], None, "recovered", why)
@@ -261,26 +187,14 @@ def _abandoned(row, assume_dead: bool, trust_pids: bool) -> str | None:
         return "assumed abandoned (no leases)"
     if row["owner"] is None or row["expired"]:
         return "its lease expired"
-    if trust_pids and owner_is_gone(row["owner"]):
-        return "its owner's process is gone"
-    return None
+    return "its owner's process is gone" if trust_pids and owner_is_gone(row["owner"]) else None
 
 
 class Heartbeat:
-    """Keeps one lease alive while its replay runs; ``with Heartbeat(db_path, lease) as heartbeat:``.
+    """Keeps one lease alive while its replay runs: ``with Heartbeat(db_path, lease) as heartbeat:``.
 
-    One thread per process renews every lease the process holds, each about
-    every third of its length, all of a journal's due leases in one
-    transaction, on a connection of the thread's own (opened at the first
-    renewal, closed within a second once no lease on that journal is left).
-    A replay shorter than a third of its lease never wakes the thread. A busy or locked
-    database is tried again at the next beat; nothing is printed. Any other
-    exception in a renewal is printed on stderr in one line and those leases
-    are tried again at the next beat: the thread survives it. ``gave_up``
-    becomes True when a renewal finds the lease lost or expired: the owner
-    then starts no new attempt (``Workflow._fence``), and its next journal
-    write is refused anyway if another owner took over.
-    """
+    One thread per process renews each lease every third of its length; a failed renewal (said on stderr unless
+    a storage error) is tried at the next beat. ``gave_up``: a renewal found the lease lost or expired."""
 
     def __init__(self, db_path: str | Path, lease: Lease):
         self.db_path, self.lease, self.gave_up = str(db_path), lease, False
@@ -301,16 +215,13 @@ class _Renewer:
     IDLE_LOOK = 1.0  # seconds between looks when no renewal is due sooner
 
     def __init__(self, beating: set[Heartbeat] | None = None):
-        self.pid = os.getpid()
-        self.beating: set[Heartbeat] = beating or set()
-        self.wake = threading.Condition()
+        self.pid, self.beating, self.wake = os.getpid(), beating or set(), threading.Condition()
         self.looks_at = 0.0  # monotonic time of the thread's next look by itself; 0 while it is looking
         self.thread = threading.Thread(target=self._run, name="lease renewals", daemon=True)
         self.thread.start()
 
     def add(self, heartbeat: Heartbeat) -> None:
-        # A short replay adds and discards its heartbeat without ever waking the thread.
-        with self.wake:
+        with self.wake:  # a short replay adds and discards its heartbeat without ever waking the thread
             self.beating.add(heartbeat)
             if heartbeat.due_at < self.looks_at:  # due before the thread's next look
                 self.wake.notify()
@@ -336,9 +247,8 @@ class _Renewer:
         with self.wake:
             while True:
                 for path in list(conns.keys() - {h.db_path for h in self.beating}):
-                    conns.pop(path).close()  # no lease on that journal is left
-                due = [h for h in self.beating if h.due_at <= time.monotonic()]
-                if due:
+                    conns.pop(path).close()
+                if due := [h for h in self.beating if h.due_at <= time.monotonic()]:
                     self.looks_at = 0.0
                     return due
                 self.looks_at = min([time.monotonic() + self.IDLE_LOOK, *(h.due_at for h in self.beating)])
@@ -355,9 +265,7 @@ class _Renewer:
             if not isinstance(error, sqlite3.Error):  # nothing is printed for the storage's own faults
                 self._say(f"lease renewals in {Path(path).name}: {type(error).__name__}: {error}; the renewer goes "
                           "on and tries these leases again at the next beat")
-            for heartbeat in due:
-                heartbeat.due_at = time.monotonic() + heartbeat.lease.seconds / 3
-            return
+            renewed = [True] * len(due)  # not lost: tried again at the next beat
         for heartbeat, ok in zip(due, renewed):
             heartbeat.due_at = time.monotonic() + heartbeat.lease.seconds / 3
             if not ok:
@@ -377,8 +285,8 @@ _RENEWER_LOCK = threading.Lock()
 
 
 def _renewer() -> _Renewer:
-    # One per process: a child made by fork inherits the object but not its thread. A thread of this process
-    # that ended anyway (it never should) is replaced, and the new one renews the heartbeats it had.
+    # One per process: a fork's child inherits the object, not its thread. A thread that ended anyway (it never
+    # should) is replaced, and the new one renews the heartbeats it had.
     global _RENEWER
     with _RENEWER_LOCK:
         if _RENEWER is None or _RENEWER.pid != os.getpid():

@@ -1,11 +1,8 @@
 """The engine: failure classes and durable retry schedules.
 
-An activity says *how* it failed by raising one of the classes below; a pure
-function, ``decide``, turns the failure, the attempt number and the
-workflow's remaining retry budget into one of four paths. The journal writes
-the path down in the same transaction as the failed attempt, before anything
-else happens, so a schedule outlives every process: no worker sleeps through
-a backoff, and no crash between a failure and its schedule retries early.
+An activity says how it failed by the class it raises; ``decide`` (pure) turns the failure, the attempt number
+and the workflow's remaining retry budget into a path. The journal records the failed attempt and its path in
+one transaction, so a schedule outlives every process: no worker sleeps through a backoff, none retries early.
 """
 from __future__ import annotations
 
@@ -21,11 +18,9 @@ from ..redact import redact
 from . import state
 from .store import append_event, now
 
-
-# The history event of an attempt that ended because another owner took its lease over while its process lived
-# (``leases.note_taken_over``): not a crash, so it never counts toward ``max_attempts``.
+# An attempt ended by another owner taking its lease while its process lived (``leases.note_taken_over``): not a
+# crash, never counted toward ``max_attempts``. TAKEN_OVER_BY_STEP: how many per step, for one workflow id.
 TAKEN_OVER = "attempt_taken_over"
-# How many of each step's attempts were taken over, for one workflow (one parameter: its id).
 TAKEN_OVER_BY_STEP = (f"SELECT step, COUNT(*) AS attempts FROM history WHERE workflow_id = ? AND event = '{TAKEN_OVER}'"
                       " GROUP BY step")
 
@@ -35,13 +30,7 @@ class Transient(Exception):
 
 
 class Crashed(Transient):
-    """The process running an attempt died (no exception was raised anywhere).
-
-    Counted like a transient failure against ``max_attempts``, so a step that
-    kills its process on every attempt escalates instead of looping for ever.
-    An attempt whose lease another owner took over while its process lived
-    (``TAKEN_OVER``) is not a crash and is never counted.
-    """
+    """The process running an attempt died; counted like a transient failure (an attempt taken over is not)."""
 
 
 class RateLimited(Exception):
@@ -68,10 +57,13 @@ class PolicyDenied(Exception):
     """A rule said no. This is an outcome, not an outage: retrying cannot change it."""
 
 
+class StepTimeout(Transient):
+    """An attempt took longer than its step's ``timeout``; its late result is discarded."""
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """Bounded exponential backoff: ``base * 2**(attempt-1)``, capped, optionally jittered."""
-
     max_attempts: int = 3
     base_delay: float = 1.0
     max_delay: float = 60.0
@@ -95,7 +87,6 @@ class RetryPolicy:
 @dataclass(frozen=True)
 class Decision:
     """After a failed attempt: ``retry`` (after ``delay``), ``stop``, ``reconcile``, ``escalate`` or ``fail``."""
-
     path: str
     reason: str
     delay: float = 0.0
@@ -124,14 +115,10 @@ def decide(error: BaseException, attempt: int, policy: RetryPolicy, budget_left:
 
 def record_failure(conn: sqlite3.Connection, workflow_id: str, step: str, error: BaseException,
                    policy: RetryPolicy | None) -> Decision | None:
-    """Inside the caller's write transaction: record the failed attempt, decide its path, record the path.
+    """Inside the caller's write transaction: the failed attempt, its path (``decide``) and what the path writes.
 
-    One transaction for both, so no process can die between a failure and
-    its retry schedule. ``retry`` commits a schedule, ``stop``/``escalate``/
-    ``reconcile`` an escalation record and final status; ``fail`` (also the
-    only path without a ``policy``) just the failure. Returns None, writing
-    nothing, if the step is already complete: a failure never replaces an output.
-    """
+    ``retry``: a schedule, one retry charged; ``stop`` (*stopped*), ``escalate``, ``reconcile`` (*escalated*): an
+    escalation record; ``fail`` (or no ``policy``): the failure only. None, nothing written, if the step is complete."""
     detail = redact(f"{type(error).__name__}: {error}")
     if not state.fail_step(conn, workflow_id, step, detail):
         return None
@@ -144,51 +131,28 @@ def record_failure(conn: sqlite3.Connection, workflow_id: str, step: str, error:
         " JOIN workflows w ON w.id = s.workflow_id WHERE s.workflow_id = ? AND s.name = ?",
         (workflow_id, step)).fetchone()
     decision = decide(error, row["attempts"], policy, row["budget_left"])
-    if decision.path == "retry":
-        _write_schedule(conn, workflow_id, step, decision)
-    elif decision.path != "fail":
-        _write_escalation(conn, workflow_id, step, decision)
-    return decision
-
-
-def _write_schedule(conn: sqlite3.Connection, workflow_id: str, step: str, decision: Decision) -> float:
-    # The next attempt time, the workflow's next run time and one retry charged to its budget.
-    # Nothing waits in memory: any worker may run the workflow again once the time has come, none before.
-    run_at = now() + decision.delay
-    state.schedule_step(conn, workflow_id, step, run_at)
-    state.move(conn, workflow_id, "pending", {"next_run_at": run_at}, "retries_used = retries_used + 1")
-    append_event(conn, workflow_id, step, "retry_scheduled", f"in {decision.delay:g} s: {decision.reason}")
-    return run_at
-
-
-def _write_escalation(conn: sqlite3.Connection, workflow_id: str, step: str, decision: Decision) -> None:
-    # ``stop`` ends the workflow as *stopped*; ``escalate`` and ``reconcile`` hand it to a person as
-    # *escalated*, with every attempt's error. Either way no worker picks it up again.
-    status = "stopped" if decision.path == "stop" else "escalated"
-    attempts = [
-        {"attempt": number, "error": row["detail"]}
-        for number, row in enumerate(conn.execute(
+    if decision.path == "retry":  # nothing waits in memory: any worker runs it once the time has come, none before
+        run_at = now() + decision.delay
+        state.schedule_step(conn, workflow_id, step, run_at)
+        state.move(conn, workflow_id, "pending", {"next_run_at": run_at}, "retries_used = retries_used + 1")
+        append_event(conn, workflow_id, step, "retry_scheduled", f"in {decision.delay:g} s: {decision.reason}")
+    elif decision.path != "fail":  # every attempt's error goes to the person; no worker picks it up again
+        status = "stopped" if decision.path == "stop" else "escalated"
+        attempts = [{"attempt": number, "error": r["detail"]} for number, r in enumerate(conn.execute(
             "SELECT detail FROM history WHERE workflow_id = ? AND step = ? AND event = 'step_failed' ORDER BY seq",
-            (workflow_id, step)), start=1)
-    ]
-    reason = redact(decision.reason)
-    conn.execute("INSERT OR REPLACE INTO escalations (workflow_id, step, reason, attempts, created_at)"
-                 " VALUES (?, ?, ?, ?, ?)", (workflow_id, step, reason, json.dumps(attempts), now()))
-    state.move(conn, workflow_id, status, {"error": reason})
-    append_event(conn, workflow_id, step, f"workflow_{status}", decision.reason)
-
-
-class StepTimeout(Transient):
-    """An attempt took longer than its step's ``timeout``; its late result is discarded."""
+            (workflow_id, step)), start=1)]
+        reason = redact(decision.reason)
+        conn.execute("INSERT OR REPLACE INTO escalations (workflow_id, step, reason, attempts, created_at)"
+                     " VALUES (?, ?, ?, ?, ?)", (workflow_id, step, reason, json.dumps(attempts), now()))
+        state.move(conn, workflow_id, status, {"error": reason})
+        append_event(conn, workflow_id, step, f"workflow_{status}", decision.reason)
+    return decision
 
 
 def within(seconds: float, activity: Callable[[], Any], workflow_id: str, step: str) -> Any:
     """Run ``activity`` on a thread and wait at most ``seconds``; raise ``StepTimeout`` if it is not done.
 
-    What a timeout cannot do: stop the thread. A late activity keeps running
-    in this process and anything it sends meanwhile is still sent; only its
-    result is thrown away. Only ending the process stops it.
-    """
+    A timeout cannot stop the thread: a late activity runs on, and what it sends is still sent."""
     outcome: dict[str, Any] = {}
 
     def run() -> None:

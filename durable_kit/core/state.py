@@ -1,15 +1,8 @@
-"""Every write to a workflow's row or a step's row, and the status changes allowed, written once.
+"""Every write to a workflow's or a step's row, written once: only this module writes those two tables.
 
-Guarantees, exactly:
-
-* Only this module writes the ``workflows`` and ``steps`` tables; every other
-  module, feature and harness asks one of its functions.
-* A status changes only along ``WORKFLOW_MOVES`` or ``STEP_MOVES``: each
-  statement names, in its own WHERE clause, the statuses it may leave, so a
-  change the tables do not list writes nothing (and the function says so:
-  None, False or 0).
-* Nothing here commits: each function is one statement, run inside the
-  caller's transaction or as a transaction of its own.
+A status changes only along ``WORKFLOW_MOVES`` or ``STEP_MOVES``: each statement's WHERE names the statuses
+it may leave, so an unlisted change writes nothing (None, False or 0). Nothing here commits: each function
+runs in the caller's transaction, or is one statement that is a transaction of its own.
 """
 from __future__ import annotations
 
@@ -36,18 +29,17 @@ STEP_MOVES = {
     "complete": (None, "running", "retrying", "failed"),  # None: recorded whole (a patch decision, an outbox step)
 }
 
-# When a workflow may be claimed: pending (new, decided, or at its retry time), waiting on a timer that
-# has ended, or paused until a time that has come. A wait for a person, and a pause until a person resumes,
-# have no run time (NULL), so they never match. One parameter: now.
+# Claimable: pending, or waiting or paused until a time that has come; a wait or a pause for a person has no run
+# time (NULL), so never. One parameter: now.
 DUE = f"({one_of('status', ('pending', 'waiting', 'paused'))}) AND next_run_at <= ?"
+# The seq of the workflow ?1's last history event: what a row's *_after column records.
+_SEQ = "(SELECT COALESCE(MAX(seq), 0) FROM history WHERE workflow_id = ?1)"
 
 
 def leaves(table: dict, to: str) -> str:
     """SQL true where the row's status may change to ``to``: ``(status = 'a' OR status = 'b' ...)``."""
     return f"({one_of('status', tuple(s for s in table[to] if s is not None))})"
 
-
-# --- workflows ---
 
 def create_workflow(conn: sqlite3.Connection, workflow_id: str, kind: str, input_json: str, retry_budget: int,
                     version: str | None, created_by: int | None = None, origin: str | None = None) -> bool:
@@ -59,13 +51,8 @@ def create_workflow(conn: sqlite3.Connection, workflow_id: str, kind: str, input
 
 def move(conn: sqlite3.Connection, workflow_id: str, to: str, columns: dict[str, Any] | None = None,
          expressions: str = "", returning: str = "id", stay: bool = False) -> sqlite3.Row | None:
-    """The workflow's status becomes ``to``, with ``columns`` set, if ``WORKFLOW_MOVES`` allows it from its status.
-
-    ``expressions`` adds SQL assignments (``retries_used = retries_used + 1``);
-    ``stay`` also writes a workflow already in ``to``. Returns the
-    ``returning`` columns of the changed row, or None: no such workflow, or a
-    move the table does not list, and nothing was written.
-    """
+    """Status ``to``, with ``columns`` and SQL ``expressions`` set, if ``WORKFLOW_MOVES`` allows it (``stay``: or if
+    already ``to``); the ``returning`` columns, or None (nothing written) for a missing row or an unlisted move."""
     if to not in WORKFLOW_MOVES:
         raise ValueError(f"no workflow status {to!r}: one of {sorted(WORKFLOW_MOVES)}")
     columns = {"updated_at": now(), **(columns or {})}
@@ -97,7 +84,7 @@ def bring_due(conn: sqlite3.Connection, workflow_id: str, at: float) -> None:
     conn.execute("UPDATE workflows SET next_run_at = ? WHERE id = ? AND next_run_at > ?", (at, workflow_id, at))
 
 
-# A lease: the new token and how many steps are complete come back. GRANT_IF_DUE also needs it due (one more
+# A lease: the new token and the count of complete steps come back. GRANT_IF_DUE also needs it due (one more
 # parameter: now). Appended to a replay's last write, LET_GO gives the lease up in that same commit.
 GRANT = (f"UPDATE workflows SET status = 'running', owner = ?, lease_expires_at = {DB_NOW} + ?,"
          f" fencing_token = fencing_token + 1, updated_at = ? WHERE id = ? AND {leaves(WORKFLOW_MOVES, 'running')}"
@@ -127,17 +114,16 @@ def let_go(conn: sqlite3.Connection, workflow_id: str, token: int | None = None)
 
 def take_back(conn: sqlite3.Connection, workflow_id: str) -> bool:
     """A *running* workflow whose owner is gone becomes *pending*, unowned, under a new token (fencing the old)."""
-    return bool(conn.execute(
-        "UPDATE workflows SET status = 'pending', owner = NULL, lease_expires_at = NULL,"
-        " fencing_token = fencing_token + 1, updated_at = ? WHERE id = ? AND status = 'running'",
-        (now(), workflow_id)).rowcount)
+    return bool(conn.execute("UPDATE workflows SET status = 'pending', owner = NULL, lease_expires_at = NULL,"
+                             " fencing_token = fencing_token + 1, updated_at = ? WHERE id = ? AND status = 'running'",
+                             (now(), workflow_id)).rowcount)
 
 
-# A completed replay's last write: the output and status, if the workflow is running (and, for COMPLETE, the
-# token ?5 is current and nobody asked to cancel: one statement that also gives the lease up).
+# A completed replay's last write: output and status, if running; COMPLETE also needs token ?5 current and no
+# cancellation asked, and gives the lease up in the same statement.
 RECORD_COMPLETION = (
     "UPDATE workflows SET status = 'complete', output = ?2, error = NULL, updated_at = ?3, completed_at = ?3,"
-    "   completed_by = ?4, completed_after = (SELECT COALESCE(MAX(seq), 0) FROM history WHERE workflow_id = ?1)")
+    f"   completed_by = ?4, completed_after = {_SEQ}")
 COMPLETE = (f"{RECORD_COMPLETION}, {LET_GO} WHERE id = ?1 AND {leaves(WORKFLOW_MOVES, 'complete')}"
             " AND fencing_token = ?5 AND cancel_requested IS NULL")
 COMPLETE_IN_TRANSACTION = f"{RECORD_COMPLETION} WHERE id = ?1 AND {leaves(WORKFLOW_MOVES, 'complete')}"
@@ -145,34 +131,24 @@ COMPLETE_IN_TRANSACTION = f"{RECORD_COMPLETION} WHERE id = ?1 AND {leaves(WORKFL
 
 def delete_workflow(conn: sqlite3.Connection, workflow_id: str) -> dict[str, int]:
     """Inside the caller's transaction: every row of the workflow, in every table; how many went, per table."""
-    counts = {}
-    for table in ("history", "steps", "waits", "escalations", "reservations", "outbox", "workflows"):
-        column = "id" if table == "workflows" else "workflow_id"
-        counts[table] = conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (workflow_id,)).rowcount
-    return counts
+    return {table: conn.execute(f"DELETE FROM {table} WHERE {'id' if table == 'workflows' else 'workflow_id'} = ?",
+                                (workflow_id,)).rowcount
+            for table in ("history", "steps", "waits", "escalations", "reservations", "outbox", "workflows")}
 
 
-# --- steps ---
-
-# A step's first attempt as one statement: its *running* row, written only if the replay still holds a live
-# lease (?9; NULL: unleased), nobody asked to cancel, no fault is armed at all (armed faults are rare: the
-# transaction path then looks for this step's) and no row exists yet.
+# A step's first attempt as one statement: its *running* row, only if the replay still holds a live lease (?9;
+# NULL: unleased), nobody asked to cancel, no fault is armed at all (rare: then the transaction path runs) and
+# no row exists yet.
+_NEW_ATTEMPT = ("INSERT INTO steps (workflow_id, name, status, input, attempts, repair_message, position, versions,"
+                "   started_at, started_by, started_after)")
 START_FIRST_ATTEMPT = (
-    "INSERT INTO steps (workflow_id, name, status, input, attempts, repair_message, position, versions,"
-    "   started_at, started_by, started_after)"
-    " SELECT id, ?2, 'running', ?3, 1, ?4, ?5, ?6, ?7, ?8,"
-    "   (SELECT COALESCE(MAX(seq), 0) FROM history WHERE workflow_id = ?1)"
+    f"{_NEW_ATTEMPT} SELECT id, ?2, 'running', ?3, 1, ?4, ?5, ?6, ?7, ?8,   {_SEQ}"
     " FROM workflows WHERE id = ?1 AND cancel_requested IS NULL"
     f"   AND (?9 IS NULL OR (fencing_token = ?9 AND lease_expires_at >= {DB_NOW}))"
-    "   AND NOT EXISTS (SELECT 1 FROM faults)"
-    " ON CONFLICT (workflow_id, name) DO NOTHING")
-
+    "   AND NOT EXISTS (SELECT 1 FROM faults) ON CONFLICT (workflow_id, name) DO NOTHING")
 # Any attempt, inside the caller's transaction: the row, or one more attempt on it; its attempt count comes back.
 START_ATTEMPT = (
-    "INSERT INTO steps (workflow_id, name, status, input, attempts, repair_message, position, versions,"
-    "   started_at, started_by, started_after)"
-    " VALUES (?1, ?2, 'running', ?3, 1, ?4, ?5, ?6, ?7, ?8,"
-    "   (SELECT COALESCE(MAX(seq), 0) FROM history WHERE workflow_id = ?1))"
+    f"{_NEW_ATTEMPT} VALUES (?1, ?2, 'running', ?3, 1, ?4, ?5, ?6, ?7, ?8,   {_SEQ})"
     " ON CONFLICT (workflow_id, name) DO UPDATE SET status = 'running', input = excluded.input,"
     "   attempts = attempts + 1, error = NULL, next_attempt_at = NULL,"
     f"   repair_message = excluded.repair_message, versions = excluded.versions WHERE {leaves(STEP_MOVES, 'running')}"
@@ -181,7 +157,7 @@ START_ATTEMPT = (
 # A step's output as one statement: recorded only if none is yet and the replay's token (?6) is still current.
 COMMIT_OUTPUT = (
     "UPDATE steps SET status = 'complete', output = ?3, completed_at = ?4, completed_by = ?5,"
-    "   completed_after = (SELECT COALESCE(MAX(seq), 0) FROM history WHERE workflow_id = ?1)"
+    f"   completed_after = {_SEQ}"
     f" WHERE workflow_id = ?1 AND name = ?2 AND {leaves(STEP_MOVES, 'complete')}"
     "   AND (?6 IS NULL OR EXISTS (SELECT 1 FROM workflows WHERE id = ?1 AND fencing_token = ?6))")
 
@@ -232,4 +208,3 @@ def copy_steps(conn: sqlite3.Connection, from_id: str, to_id: str, position: int
         "   AND COALESCE(json_extract(input, '$.after_position') < ?, completed_at <= ?)",
         (to_id, from_id, position, completed_at))
     return copied
-

@@ -1,14 +1,12 @@
-"""The engine: the SQLite file everything else stands on.
+"""The engine's storage: one SQLite file that everything else stands on.
 
-One connection per process (never carried across a fork), WAL journal,
-``synchronous=FULL`` unless asked otherwise, a busy timeout, and
-``BEGIN IMMEDIATE`` around every read-then-write. Values cross into the
-database as JSON only: never pickle.
+One connection per process (never carried across a fork), WAL journal, ``synchronous=FULL`` unless asked
+otherwise, a busy timeout, and ``BEGIN IMMEDIATE`` around every read-then-write. Values cross into the
+database as strict JSON with secrets redacted: never pickle.
 """
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import sqlite3
@@ -18,7 +16,7 @@ from pathlib import Path
 from typing import Any, Iterator
 from urllib.parse import quote
 
-from ..errors import SettingError
+from ..errors import SettingError, describe_json_problem, describe_storage_fault
 from ..redact import Unredactable, redact, redact_value, secrets_in_json
 
 SCHEMA_VERSION = 7
@@ -26,12 +24,7 @@ SYNCHRONOUS_LEVELS = ("OFF", "NORMAL", "FULL", "EXTRA")
 
 
 def one_of(column: str, values: tuple[str, ...]) -> str:
-    """SQL that is true when ``column`` holds one of ``values``: ``column = 'a' OR column = 'b' ...``.
-
-    Written out, not as ``column IN ('a', 'b')``: SQLite 3.40 builds a
-    temporary table for an IN list every time a statement runs (the schema's
-    CHECK constraints are written out the same way, by hand).
-    """
+    """SQL ``column = 'a' OR column = 'b' ...``: SQLite 3.40 builds a temporary table for an IN list on every run."""
     return " OR ".join(f"{column} = '{value}'" for value in values)
 
 
@@ -189,11 +182,9 @@ BUSY_TIMEOUT_MS_MAX = 86_400_000  # one day
 
 
 def default_busy_timeout_ms() -> int:
-    """How long a statement waits for another process's write lock: ``$DURABLE_KIT_BUSY_TIMEOUT_MS``, else 5000.
+    """How long a statement waits for a write lock: ``$DURABLE_KIT_BUSY_TIMEOUT_MS``, else 5000.
 
-    A value that is not a whole number of milliseconds from 0 to one day is
-    refused (``SettingError``) before any file is opened.
-    """
+    Anything but a whole number of milliseconds from 0 to one day raises ``SettingError``; nothing is opened."""
     value = os.environ.get("DURABLE_KIT_BUSY_TIMEOUT_MS", "5000")
     if not (value.isascii() and value.isdigit()) or int(value) > BUSY_TIMEOUT_MS_MAX:
         raise SettingError(f"DURABLE_KIT_BUSY_TIMEOUT_MS must be a whole number of milliseconds from 0 to "
@@ -204,12 +195,10 @@ def default_busy_timeout_ms() -> int:
 
 def connect(path: str | Path, synchronous: str = "FULL", busy_timeout_ms: int | None = None,
             create: bool = True) -> sqlite3.Connection:
-    """Open a journal in WAL mode (creating it, and its schema, if ``create``); commits are durable per ``synchronous``.
+    """Open a journal in WAL mode, creating it and its schema if ``create``; commits are durable per ``synchronous``.
 
-    ``FULL`` syncs the write-ahead log on every commit. ``NORMAL`` keeps every
-    commit across a process crash but may lose the last ones on power loss.
-    With ``create=False`` a missing or empty file is refused (``StorageFault``)
-    instead of becoming a new, empty journal beside files that still hold records.
+    ``NORMAL`` may lose the last commits on power loss, not on a crash. ``create=False`` refuses a missing or
+    empty file (``StorageFault``) instead of making it a new, empty journal.
     """
     level = synchronous.upper()
     if level not in SYNCHRONOUS_LEVELS:
@@ -221,10 +210,9 @@ def connect(path: str | Path, synchronous: str = "FULL", busy_timeout_ms: int | 
     # isolation_level=None: we issue BEGIN ourselves, so every transaction is visible in the code.
     conn = sqlite3.connect(str(path), isolation_level=None, timeout=timeout / 1000)
     conn.row_factory = sqlite3.Row
-    conn.execute(f"PRAGMA busy_timeout = {int(timeout)}")
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute(f"PRAGMA synchronous = {level}")
-    conn.execute("PRAGMA foreign_keys = ON")
+    for pragma in (f"busy_timeout = {int(timeout)}", "journal_mode = WAL", f"synchronous = {level}",
+                   "foreign_keys = ON"):
+        conn.execute(f"PRAGMA {pragma}")
     _ensure_schema(conn, path)
     return conn
 
@@ -237,12 +225,10 @@ def _ensure_schema(conn: sqlite3.Connection, path: str | Path) -> None:
     # An existing journal is checked by reading only, so opening it never waits for another process's write lock.
     names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' OR type = 'view'")}
     if SCHEMA_NAMES <= names:
-        _check_version(conn.execute("SELECT version FROM schema_version").fetchone(), path)
-        return
+        return _check_version(conn.execute("SELECT version FROM schema_version").fetchone(), path)
     with immediate(conn):
-        for statement in SCHEMA.split(";"):
-            if statement.strip():
-                conn.execute(statement)
+        for statement in filter(str.strip, SCHEMA.split(";")):
+            conn.execute(statement)
         row = conn.execute("SELECT version FROM schema_version").fetchone()
         if row is None:
             conn.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
@@ -320,80 +306,28 @@ def _refuse_missing_or_empty(path: Path) -> None:
                            "delete the empty file and `start` again.")
 
 
-def describe_storage_fault(error: BaseException, path: str | Path) -> str:
-    """One line for a person: what the storage fault is, at which path, that nothing was half-written, what to do."""
-    text = str(error)
-    kept = "nothing was half-written (the transaction rolled back)"
-    if Path(path).is_dir():
-        return _folder_message(Path(path))
-    if "full" in text:
-        return f"{path}: the disk or the file-size limit is full; {kept}. Free space, then run the command again."
-    if "disk I/O error" in text:
-        return (f"{path}: the disk refused a write (a full disk, a file-size limit such as `ulimit -f`, or a failing "
-                f"device); {kept}. Free space or raise the limit, then run the command again.")
-    folder = Path(path).parent
-    cannot_write = Path(path).exists() and not (os.access(path, os.W_OK) and os.access(folder, os.W_OK))
-    read_only = (f"{path} is read-only (its file mode, its folder or its mount); nothing was written. Make it "
-                 "writable, then run the command again.")
-    if cannot_write and ("readonly" in text or "read-only" in text or "unable to open" in text):
-        return read_only
-    for suffix, what in (("-wal", "write-ahead log"), ("-shm", "shared-memory index")):
-        beside_it = Path(f"{path}{suffix}")
-        if beside_it.exists() and not os.access(beside_it, os.R_OK | os.W_OK):
-            return (f"{beside_it} (the journal's {what}) cannot be read and written by this process "
-                    f"(mode {beside_it.stat().st_mode & 0o777:03o}); nothing was written. Give it the journal's own "
-                    "owner and mode (for example `chmod 644`), then run the command again.")
-    if "readonly" in text or "read-only" in text:
-        return read_only
-    if "locked" in text or "busy" in text:
-        return (f"{path} stayed locked by another process past the busy timeout (a paused or very slow writer); "
-                "nothing was written. Find the process holding it (for example `fuser`), or try again later.")
-    if "not a database" in text or "malformed" in text:
-        return (f"{path} is damaged or is not an SQLite database ({text}); nothing was changed. Restore it from a "
-                "copy, or point --db at the right file.")
-    if "unable to open" in text:
-        return (f"{path} cannot be opened (its folder is missing or not writable); nothing was written. "
-                "Check the path and the folder's permissions.")
-    return f"{path}: storage fault: {text}; {kept}."
-
-
 BEGIN_ATTEMPTS = 4
 
 
 def write(conn: sqlite3.Connection, sql: str, parameters: tuple = ()) -> int:
-    """Run one write statement as a transaction of its own; how many rows it changed.
+    """Run one write statement; how many rows it changed. Outside BEGIN it is a transaction of its own.
 
-    Outside BEGIN, one INSERT, UPDATE or DELETE is its own transaction, and
-    SQLite takes the write lock before the statement reads anything: a check
-    in its WHERE clause and its write cannot be separated by another writer,
-    just as inside ``BEGIN IMMEDIATE``, for two statements less. A lock still
-    busy after the busy timeout is tried again, like ``immediate``'s BEGIN.
-    """
+    SQLite write-locks before its WHERE reads, as in ``immediate``; a lock still busy after the busy timeout is
+    tried again, up to ``BEGIN_ATTEMPTS`` times in all."""
     for attempt in range(1, BEGIN_ATTEMPTS + 1):
         try:
             return conn.execute(sql, parameters).rowcount
         except sqlite3.OperationalError as error:  # nothing was written: the statement rolled back
             if "locked" not in str(error) or attempt == BEGIN_ATTEMPTS:
                 raise
-    raise AssertionError("unreachable")
 
 
 @contextmanager
 def immediate(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """Run the block in one ``BEGIN IMMEDIATE`` transaction: all of it commits, or none of it.
+    """The block as one ``BEGIN IMMEDIATE`` transaction (write-locked before its first read): all commits, or none.
 
-    IMMEDIATE takes the write lock before the first read, so a read-then-write
-    waits for the busy timeout instead of failing with SQLITE_BUSY midway. If
-    the lock is still busy after the timeout, BEGIN is tried again, a bounded
-    number of times, before the error reaches the caller.
-    """
-    for attempt in range(1, BEGIN_ATTEMPTS + 1):
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            break
-        except sqlite3.OperationalError as error:
-            if "locked" not in str(error) or attempt == BEGIN_ATTEMPTS:
-                raise
+    A BEGIN still locked after the busy timeout is tried again, up to ``BEGIN_ATTEMPTS`` times in all."""
+    write(conn, "BEGIN IMMEDIATE")
     try:
         yield conn
     except BaseException:
@@ -414,14 +348,10 @@ def to_json(value: Any, workflow_id: str, step: str | None, what: str,
 
 def encode(value: Any, workflow_id: str, step: str | None, what: str,
            outcome: str = "Nothing was written.") -> tuple[str, Any]:
-    """``to_json``, with that JSON decoded again: what every later read of the stored value returns.
+    """``to_json``, and that JSON decoded again: what every later read of the stored value returns.
 
-    Secrets are redacted in the decoded value, string by string and key by
-    key (``redact.redact_value``), never in the JSON text, so a match can
-    never reach across two strings and change another field. Refused with
-    ``NotJSON``: a value that is not strict JSON, one nested deeper than
-    ``MAX_DEPTH`` levels, and one whose keys would become the same key once
-    redacted (``redact.Unredactable``).
+    Secrets are redacted in the decoded value, string by string and key by key, never across two strings.
+    ``NotJSON``: not strict JSON, nested deeper than ``MAX_DEPTH``, or keys that redaction would merge.
     """
     if value is None:
         return "null", None
@@ -435,12 +365,11 @@ def encode(value: Any, workflow_id: str, step: str | None, what: str,
     except RecursionError:  # the encoder's own limit, below which every value is refused here anyway
         problem = f"it is nested deeper than {MAX_DEPTH} levels"
     except (TypeError, ValueError) as exc:  # not JSON, NaN or infinite, a circular reference
-        problem = _describe_json_problem(value) or str(exc)
+        problem = describe_json_problem(value, MAX_DEPTH) or str(exc)
     else:
-        # json.dumps silently turns int, float, bool and None keys into strings: a value that does not come
-        # back equal is walked to find out why (a tuple is fine).
+        # json.dumps turns int, float, bool and None keys into strings: a value not equal once decoded is walked.
         if problem is None and decoded != value:
-            problem = _describe_json_problem(value)
+            problem = describe_json_problem(value, MAX_DEPTH)
         if problem is None:
             entries = secrets_in_json(text)
             if not entries:  # the usual case: a quick look at the text finds no secret's mark
@@ -479,58 +408,7 @@ def _too_deep(text: str) -> str | None:
     return None
 
 
-def from_json_argument(text: str, flag: str, outcome: str) -> Any:
-    """Decode JSON given on the command line as ``flag``, or raise ``NotJSON`` saying what is wrong and what to give."""
-    problem = None
-    try:
-        problem = _too_deep(text)
-        if problem is None:
-            return json.loads(text)
-    except RecursionError:
-        problem = f"it is nested deeper than {MAX_DEPTH} levels"
-    except json.JSONDecodeError as error:
-        raise NotJSON(f"{flag} is not JSON ({error.msg} at character {error.pos}); {outcome} Quote it for the "
-                      """shell, for example --input '{"order_id": "A-1002"}'.""") from None
-    raise NotJSON(f"{flag} cannot be used ({problem}); {outcome} Give a flatter value (at most {MAX_DEPTH} levels "
-                  "of lists and objects).")
-
-
-def _describe_json_problem(value: Any) -> str | None:
-    """Where in ``value`` the first non-JSON item sits, like ``$.scores[2] is nan``; None if all is JSON."""
-    try:
-        found = _find_problem(value, set())
-    except RecursionError:
-        return f"it is nested deeper than {MAX_DEPTH} levels"
-    if found is None:
-        return None
-    path, problem = found
-    return "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in reversed(path)) + f" {problem}"
-
-
-def _find_problem(value: Any, open_ids: set[int]) -> tuple[list, str] | None:
-    # The path is built only on the way back from a problem, so valid values cost one walk.
-    if isinstance(value, float):
-        return None if math.isfinite(value) else ([], f"is {value}")
-    if value is None or isinstance(value, (str, int, bool)):
-        return None
-    if not isinstance(value, (dict, list, tuple)):
-        return [], f"is a {type(value).__name__}"
-    if id(value) in open_ids:
-        return [], "contains itself"
-    open_ids.add(id(value))
-    for key, item in (value.items() if isinstance(value, dict) else enumerate(value)):
-        if isinstance(value, dict) and not isinstance(key, str):
-            return [], f"has a key of type {type(key).__name__} (JSON keys are strings)"
-        found = _find_problem(item, open_ids)
-        if found is not None:
-            found[0].append(key)
-            return found
-    open_ids.discard(id(value))
-    return None
-
-
-# The next seq as a scalar subquery: an INSERT ... SELECT from the table it inserts into would first copy
-# the selected row to a temporary table.
+# The next seq as a scalar subquery: an INSERT ... SELECT from its own table would copy the row to a temporary table.
 APPEND_EVENT = (
     "INSERT INTO history (workflow_id, seq, step, event, detail, pid, at)"
     " VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM history WHERE workflow_id = ?1), ?2, ?3, ?4, ?5, ?6)"
@@ -548,12 +426,8 @@ def from_json(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
 
-_last_now = 0.0
-
-
-# Named boundaries where a crash can be chosen (``next_step``, ``after_activity:<step>``, ``after_commit:<step>``,
-# ``after_wait:<name>``...). The core calls ``boundary`` there; the harness (``durable_kit.faults``) installs what
-# happens. ``every_boundary()`` true: call ``boundary`` at every point, armed or not (a tracing run lists them).
+# Named points where a crash can be chosen (``next_step``, ``after_commit:<step>``...): the core calls ``boundary``
+# there, the harness (``durable_kit.faults``) installs what happens; ``every`` true: call it at every point.
 BOUNDARY_HOOK: dict[str, Any] = {"trip": lambda conn, point, workflow_id: None, "every": lambda: False}
 
 
@@ -565,6 +439,9 @@ def boundary(conn: sqlite3.Connection, point: str, workflow_id: str) -> None:
 def every_boundary() -> bool:
     """True while the installed hook wants every boundary reached, not only the armed ones."""
     return BOUNDARY_HOOK["every"]()
+
+
+_last_now = 0.0
 
 
 def now() -> float:

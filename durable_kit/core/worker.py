@@ -1,25 +1,10 @@
 """The engine: the worker. It claims workflows that are due, replays them, and lets go.
 
-A worker holds a workflow only while replaying it. At a retry schedule or a
-wait the replay stops (the time, or what it waits for, is in the database)
-and the worker moves on: nobody sleeps through a backoff or a person's lunch.
-Any worker, started at any time, sees the same schedule.
-
-Claiming a workflow grants a lease (``leases.py``, notebook 06): any number of
-workers can share one database, and a workflow whose owner died is taken back
-once its lease expires, or at once if its owner's process is gone from this
-machine. ``leases=False`` is the unsafe worker of notebooks 03 to 05's
-assumption (one worker per database): at start it takes back *every*
-running workflow, and it writes without a fencing token.
-
-A storage fault (the database locked past its timeout, busy, full, read-only,
-an I/O error) is not a workflow's failure: the worker says so in one line,
-backs off, and tries again; the workflow it was running keeps its journal and
-is taken back once its lease expires. A worker started while another process
-holds the write lock waits in the same way. A fault that waiting cannot
-clear (read-only, damaged, full or past a file-size limit: anything but locked
-or busy) ends ``--once`` and ``--until-idle`` with that fault's message and a
-non-zero exit status; a worker without either keeps trying, saying the cause.
+A worker holds a workflow, under a lease, only while replaying it: a retry or a wait ends the replay (the time,
+or what it waits for, is in the database). ``leases=False`` is the unsafe single worker of notebooks 03 to 05:
+at start it takes back every running workflow, and it writes without a token. A storage fault is not the
+workflow's failure: the worker says so in one line, backs off and tries again, at the start too; only
+``--once`` and ``--until-idle`` end, non-zero, on one that waiting cannot clear (anything but locked or busy).
 """
 from __future__ import annotations
 
@@ -28,43 +13,28 @@ import sqlite3
 import time
 from pathlib import Path
 
-from ..errors import WorkflowError, passes_by_waiting
+from ..errors import WorkflowError, describe_storage_fault, passes_by_waiting
 from .journal import WORKFLOWS, Journal, run_workflow
 from .leases import LEASE_SECONDS, Lease, grant, new_owner, revoke_abandoned
 from .state import DUE
-from .store import describe_storage_fault, immediate, now
-
+from .store import immediate, now
 
 STORAGE_BACKOFF_CAP = 5.0  # seconds between tries while the database keeps failing
-
-# Work a pass does before the replays, each ``chore(journal, log) -> how much it did``: the outbox's dispatch
-# registers itself here (``effects.py``).
+# Work a pass does before the replays, each ``chore(journal, log) -> how much it did`` (the outbox's dispatch).
 PASS_CHORES: list = []
 
 
 def due_workflows(journal: Journal) -> list[str]:
-    """Ids of workflows whose time has come and whose kind this process can run, soonest first.
-
-    Due means *pending* (new, resumed by a decision, or at a retry time) or
-    *waiting* on a timer that has ended. A workflow waiting for a person has
-    no run time (NULL), so it is never due: no worker is held for it.
-    A workflow of a kind no imported module registered is left for a worker that knows it.
-    """
-    rows = journal.conn.execute(
-        f"SELECT id, kind FROM workflows WHERE {DUE} ORDER BY next_run_at, id", (now(),))
+    """Ids of due workflows (``state.DUE``) of a kind this process can run, soonest first."""
+    rows = journal.conn.execute(f"SELECT id, kind FROM workflows WHERE {DUE} ORDER BY next_run_at, id", (now(),))
     return [r["id"] for r in rows if r["kind"] in WORKFLOWS]
 
 
 def claim_next(journal: Journal, owner: str, lease_seconds: float = LEASE_SECONDS,
                skip: set[str] = frozenset()) -> Lease | None:
-    """Atomically take the soonest due workflow this process can run (not in ``skip``); None if none is.
-
-    Choosing and claiming happen in one transaction, so workers sharing a
-    database never queue up on claims that another worker already won.
-    """
+    """Choose and take the soonest due workflow this process can run (not in ``skip``), in one transaction; or None."""
     kinds, skipped = sorted(WORKFLOWS), sorted(skip)
-    # Unsynced, like every grant: the token is synced before it leaves (Workflow.fencing_token).
-    with journal.relaxed() as conn, immediate(conn):
+    with journal.relaxed() as conn, immediate(conn):  # unsynced, like every grant (Workflow.fencing_token syncs)
         row = conn.execute(
             f"SELECT id FROM workflows WHERE {DUE}"
             f" AND kind IN ({', '.join('?' * len(kinds))}) AND id NOT IN ({', '.join('?' * len(skipped))})"
@@ -74,11 +44,9 @@ def claim_next(journal: Journal, owner: str, lease_seconds: float = LEASE_SECOND
 
 def run_due(journal: Journal, log=print, owner: str | None = None, lease_seconds: float = LEASE_SECONDS,
             leases: bool = True, trust_pids: bool = True, told: set[str] | None = None) -> int:
-    """One pass: its chores (the outbox is sent), take back abandoned workflows, run each due workflow once; how much was done.
+    """One pass: the chores, abandoned workflows taken back, each due workflow run once; how much was done.
 
-    A due workflow of a kind no module registered here is left for a worker
-    that knows it, and said so once per id in ``told``.
-    """
+    A due workflow of a kind no module here registered is left, and said so once per id in ``told``."""
     owner = owner or new_owner()
     told = set() if told is None else told
     for row in journal.conn.execute(f"SELECT id, kind FROM workflows WHERE {DUE} ORDER BY id", (now(),)).fetchall():
@@ -119,10 +87,8 @@ def run_worker(db_path: str | Path, *, once: bool = False, until_idle: bool = Fa
                log=print) -> int:
     """Run due workflows until SIGTERM (or after one pass, or once nothing is due); return how many runs.
 
-    A locked or busy database is waited for, with backoff, and said so, at
-    the start too. Any other storage fault is raised (``sqlite3.Error``)
-    with ``once`` or ``until_idle``; without them the worker keeps trying.
-    """
+    A locked or busy database is waited for, with backoff, at the start too. Any other storage fault is raised
+    (``sqlite3.Error``) with ``once`` or ``until_idle``; without them the worker keeps trying."""
     journal = _open(db_path, poll, log)
     owner = new_owner()
     if not leases:
@@ -130,20 +96,20 @@ def run_worker(db_path: str | Path, *, once: bool = False, until_idle: bool = Fa
             log(f"{workflow_id}: recovered")
     stopping = []
     previous = signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
-    runs, faults_in_a_row, told = 0, 0, set()
+    runs, faults, told = 0, 0, set()  # faults: storage faults in a row
     try:
         while not stopping:
             try:
                 ran = run_due(journal, log, owner, lease_seconds, leases, trust_pids, told)
-                faults_in_a_row = 0
+                faults = 0
             except sqlite3.Error as error:
                 if (once or until_idle) and not passes_by_waiting(error):
                     raise  # waiting cannot clear it: the command ends with its message
-                faults_in_a_row += 1
-                log(_fault_line(db_path, error, _backoff(poll, faults_in_a_row)))
+                faults += 1
+                wait = _say_fault(db_path, error, poll, faults, log)
                 if once:
                     break
-                time.sleep(_backoff(poll, faults_in_a_row))
+                time.sleep(wait)
                 continue
             runs += ran
             if once or (until_idle and ran == 0):
@@ -159,23 +125,21 @@ def run_worker(db_path: str | Path, *, once: bool = False, until_idle: bool = Fa
 
 def _open(db_path: str | Path, poll: float, log) -> Journal:
     """The journal, once it opens: a lock another process holds is waited for, with backoff, and said so."""
-    faults_in_a_row = 0
+    faults = 0
     while True:
         try:
             return Journal(db_path, create=not Path(db_path).exists())  # never re-initialise an empty file
         except sqlite3.Error as error:
             if not passes_by_waiting(error):
                 raise
-            faults_in_a_row += 1
-            log(_fault_line(db_path, error, _backoff(poll, faults_in_a_row)))
-            time.sleep(_backoff(poll, faults_in_a_row))
+            faults += 1
+            time.sleep(_say_fault(db_path, error, poll, faults, log))
 
 
-def _backoff(poll: float, faults_in_a_row: int) -> float:
-    return min(STORAGE_BACKOFF_CAP, poll * 2 ** faults_in_a_row)
-
-
-def _fault_line(db_path: str | Path, error: sqlite3.Error, wait: float) -> str:
-    if passes_by_waiting(error):
-        return f"storage fault in {Path(db_path).name}: {error}; nothing was lost, trying again in {wait:.1f} s"
-    return f"storage fault: {describe_storage_fault(error, db_path)} Trying again in {wait:.1f} s."
+def _say_fault(db_path: str | Path, error: sqlite3.Error, poll: float, faults: int, log) -> float:
+    """Say the storage fault in one line; the seconds to wait before trying again (doubling, capped)."""
+    wait = min(STORAGE_BACKOFF_CAP, poll * 2 ** faults)
+    log(f"storage fault in {Path(db_path).name}: {error}; nothing was lost, trying again in {wait:.1f} s"
+        if passes_by_waiting(error) else
+        f"storage fault: {describe_storage_fault(error, db_path)} Trying again in {wait:.1f} s.")
+    return wait

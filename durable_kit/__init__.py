@@ -7,7 +7,8 @@
   ``sleep``, ``end``, ``pause``, ``patched``); ``execute_parallel`` runs
   steps at once; ``Journal`` starts and reads workflows; ``run_workflow``
   replays one; ``cancel`` and ``fork`` change course; ``resume`` and
-  ``purge`` are a person's actions on a stored workflow.
+  ``purge`` are a person's actions on a stored workflow; ``read_only``
+  opens a journal only to read it.
 * **retries and failures**: ``RetryPolicy``, ``decide`` and the failure classes.
 * **waits and decisions**: ``approve``, ``reject``, ``answer``; ``waits``,
   ``open_wait`` and ``named_wait`` read them.
@@ -33,7 +34,7 @@ from .core.leases import Lease, LeaseLost, check_lease, new_owner, owner_is_gone
 from .core.retries import (AmbiguousEffect, FormatFailure, InvalidRequest, PolicyDenied, RateLimited, RetryPolicy,
                            StepTimeout, Transient, decide)
 from .core.store import NotJSON, SchemaMismatch, immediate
-from .admin import named_wait, open_wait, purge, resume, waits
+from .admin import named_wait, open_wait, purge, read_only, resume, waits
 from .core.waits import DecisionConflict, NotWaiting, answer, approve, reject
 from .core.worker import due_workflows, run_worker
 from .effects import (NOT_SENT, destination, dispatch_outbox, effect_key, reconcile_then_send, send_at_most_once,
@@ -41,7 +42,7 @@ from .effects import (NOT_SENT, destination, dispatch_outbox, effect_key, reconc
 from .parallel import execute_parallel
 
 __all__ = [
-    "workflow", "Workflow", "Journal", "run_workflow", "execute_parallel", "cancel", "fork", "resume", "purge",
+    "workflow", "Workflow", "Journal", "run_workflow", "execute_parallel", "cancel", "fork", "resume", "purge", "read_only",
     "RetryPolicy", "decide", "Transient", "RateLimited", "InvalidRequest", "FormatFailure", "AmbiguousEffect",
     "PolicyDenied", "StepTimeout",
     "approve", "reject", "answer", "waits", "open_wait", "named_wait", "NotWaiting", "DecisionConflict",

@@ -184,10 +184,10 @@ STATUS_HINTS = {
 
 def cmd_status(args) -> int:
     from . import agents  # noqa: F401  (registers the built-in workflows: a kind none of them is, is said so)
-    from .core.journal import WORKFLOWS, Journal
-    from .admin import open_wait
+    from .admin import open_wait, read_only
+    from .core.journal import WORKFLOWS
 
-    journal = Journal(args.db, read_only=True)
+    journal = read_only(args.db)
     wf = journal.workflow(args.workflow)
     steps = [{**{key: step[key] for key in ("name", "status", "attempts", "error", "next_attempt_at", "position")},
               "versions": json.loads(step["versions"]) if step["versions"] else None}
@@ -243,9 +243,9 @@ def cmd_status(args) -> int:
 
 
 def cmd_history(args) -> int:
-    from .core.journal import Journal
+    from .admin import read_only
 
-    journal = Journal(args.db, read_only=True)
+    journal = read_only(args.db)
     journal.workflow(args.workflow)  # a clear error for an unknown id, not an empty history
     events = [{key: e[key] for key in ("seq", "step", "event", "detail", "pid", "at")}
               for e in journal.history(args.workflow)]

@@ -1,4 +1,4 @@
-"""A feature on the engine: what a person reads and does by hand. Waits, a decision's outcome, resume, purge.
+"""A feature on the engine: what a person reads and does by hand. A journal read only, waits, resume, purge.
 
 A resume makes a workflow that no worker takes up by itself runnable again;
 its next replay reuses every completed step. A purge deletes a finished
@@ -8,11 +8,50 @@ status they do not apply to, changing nothing.
 """
 from __future__ import annotations
 
+import os
+import sqlite3
+from pathlib import Path
+from urllib.parse import quote
+
 from .core import state
 from .core.journal import Journal
-from .core.store import append_event, from_json, immediate, now
+from .core.store import (SchemaMismatch, StorageFault, append_event, check_version, default_busy_timeout_ms,
+                         from_json, immediate, now, refuse_folder, refuse_missing_or_empty)
 from .core.waits import describe, event_name, utc
-from .errors import WorkflowError
+from .errors import WorkflowError, describe_storage_fault
+
+def read_only(path: str | Path) -> Journal:
+    """An existing journal opened only to read it: no file, schema or WAL mode is created, no lock taken.
+
+    Refused with one line naming the path and what to do (``StorageFault``): a missing, empty, damaged or
+    folder path, an SQLite file that is not a journal; another schema version raises ``SchemaMismatch``. A
+    journal in a folder this process cannot write, with no write-ahead log beside it, is read as it stands.
+    """
+    path = Path(path)
+    timeout = default_busy_timeout_ms() / 1000
+    refuse_folder(path)
+    refuse_missing_or_empty(path)
+    uri = f"file:{quote(str(path.resolve()))}?mode=ro"
+    log = Path(f"{path}-wal")
+    if not os.access(path.parent, os.W_OK) and not (log.exists() and log.stat().st_size > 0):
+        uri += "&immutable=1"  # SQLite cannot create its shared-memory file here, and nothing waits in a log
+    conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=timeout)
+    conn.row_factory = sqlite3.Row
+    try:
+        try:
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if not {"schema_version", "workflows"} <= tables:
+                raise StorageFault(f"{path} is an SQLite file but not a durable_kit journal (it has no workflows "
+                                   "table); nothing was changed. Point --db at a journal, or create one with `start`.")
+            row = conn.execute("SELECT version FROM schema_version").fetchone()
+        except sqlite3.DatabaseError as error:
+            raise StorageFault(describe_storage_fault(error, path)) from None
+        check_version(row, path)
+    except (StorageFault, SchemaMismatch):
+        conn.close()
+        raise
+    return Journal(path, conn=conn)
+
 
 RESUMABLE = ("paused", "failed", "blocked", "escalated")  # no worker takes these up by itself
 

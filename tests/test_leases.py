@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from durable_kit.admin import read_only
 import durable_kit
 from durable_kit import Ended, Journal, RetryPolicy, Suspended, Transient, run_workflow
 from durable_kit.agents.shared_work import (activity_runs, all_complete, contention, finish, popen_worker, run_all,
@@ -73,7 +74,7 @@ def history(db: Path, workflow_id: str) -> list[dict]:
 
 def step_events(db: Path) -> dict[tuple[str, str], list[dict]]:
     """(workflow, step) -> its step_started and step_completed events, oldest first."""
-    journal = Journal(db, read_only=True)
+    journal = read_only(db)
     try:
         found = defaultdict(list)
         for (workflow_id,) in journal.conn.execute("SELECT id FROM workflows ORDER BY id"):
@@ -87,7 +88,7 @@ def step_events(db: Path) -> dict[tuple[str, str], list[dict]]:
 
 def all_events(db: Path) -> Counter:
     """How many times each event occurs in every workflow's history."""
-    journal = Journal(db, read_only=True)
+    journal = read_only(db)
     try:
         return Counter(e["event"] for (workflow_id,) in journal.conn.execute("SELECT id FROM workflows").fetchall()
                        for e in journal.history(workflow_id))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from durable_kit import Journal
+from durable_kit.admin import read_only
 
 from conftest import ROOT
 
@@ -134,7 +134,7 @@ def test_no_planted_secret_reaches_the_journal_its_log_the_ledger_or_any_printed
             for flags in ((), ("--json",)):
                 assert run(command, "--workflow", workflow_id, "--db", str(db), *flags).returncode == 0
 
-    journal = Journal(db, read_only=True)
+    journal = read_only(db)
     assert [journal.workflow(w)["status"] for w in ("p1", "p2")] == ["escalated", "escalated"]
     assert journal.workflow("p1")["input"] == {"note": REDACTED_NOTE}
     assert [s["input"] for s in journal.steps("p1")][:2] == [
@@ -192,14 +192,14 @@ def test_a_pattern_spanning_two_json_strings_changes_no_other_field(tmp_path, va
                "--id", "r1")
     assert done.returncode == 0, done.stderr
     # The BEGIN line alone is redacted to the end of its own string; the strings after it are kept.
-    assert Journal(db, read_only=True).workflow("r1")["input"] == {"order_id": "A-1001", **stored}
+    assert read_only(db).workflow("r1")["input"] == {"order_id": "A-1001", **stored}
 
 
 def test_a_secret_in_a_key_is_redacted_and_keys_that_would_collide_are_refused_with_nothing_stored(tmp_path):
     db = tmp_path / "journal.db"
     one = {"order_id": "A-1001", "keys": {OPENAI: 1, "plain": 2}}
     assert kit("start", "--db", str(db), "--kind", "refund", "--input", json.dumps(one), "--id", "r1").returncode == 0
-    assert Journal(db, read_only=True).workflow("r1")["input"]["keys"] == {"[REDACTED]": 1, "plain": 2}
+    assert read_only(db).workflow("r1")["input"]["keys"] == {"[REDACTED]": 1, "plain": 2}
     two = {"order_id": "A-1001", "keys": {OPENAI: 1, HOSTED: 2}}
     done = kit("start", "--db", str(db), "--kind", "refund", "--input", json.dumps(two), "--id", "r2")
     assert done.returncode == 2

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from durable_kit.admin import read_only
 from durable_kit import Journal
 from durable_kit.agents.shared_work import activity_runs, finish, popen_worker, start_work
 from durable_kit.faultcheck import damage_table
@@ -102,7 +103,7 @@ def gated(tmp_path: Path, kind: str = "gated", steps: int = 1, workflow_id: str 
 
 
 def row(db: Path, workflow_id: str = "g1") -> dict:
-    journal = Journal(db, read_only=True)
+    journal = read_only(db)
     try:
         return journal.workflow(workflow_id)
     finally:
@@ -110,7 +111,7 @@ def row(db: Path, workflow_id: str = "g1") -> dict:
 
 
 def events(db: Path, workflow_id: str = "g1") -> list[dict]:
-    journal = Journal(db, read_only=True)
+    journal = read_only(db)
     try:
         return journal.history(workflow_id)
     finally:
@@ -447,7 +448,7 @@ def test_worker_until_idle_past_a_file_size_limit_ends_with_the_cause_and_the_wo
     assert line.startswith(f"error: {db}: the disk refused a write (a full disk, a file-size limit such as "
                            "`ulimit -f`, or a failing device)"), line
     assert "trying again" not in done.stdout
-    journal = Journal(db, read_only=True)
+    journal = read_only(db)
     # The attempt's marker was committed; its output, past the limit, was not written at all.
     assert [(s["name"], s["status"], s["attempts"], s["output"]) for s in journal.steps("g1")] == [
         ("step:1", "running", 1, None)]

@@ -30,7 +30,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from .. import Journal, Workflow, execute_parallel, waits, workflow
+from .. import Journal, Workflow, execute_parallel, read_only, waits, workflow
 from ..fakes import data_dir
 from ..fakes.scripted import SCRIPTED_MODEL, ProviderUnavailable, ScriptedModel, cost_of
 from ..fakes.sources import load_filings
@@ -260,7 +260,7 @@ def usage(db_path: str | Path, workflow_id: str, model: str = SCRIPTED_MODEL) ->
     ``waiting_for_provider_seconds`` sums paused spans from paused to resumed
     (or to now). Times are wall-clock readings, for people, not for replay.
     """
-    journal = Journal(db_path, read_only=True)  # `status` reads it, even under a paused writer
+    journal = read_only(db_path)  # `status` reads it, even under a paused writer
     try:
         journal.workflow(workflow_id)  # a clear error for an unknown id
         calls, refused = [], 0

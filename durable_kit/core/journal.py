@@ -41,8 +41,8 @@ from .leases import Heartbeat, Lease, check_lease, new_owner, release, supersede
 from .retries import TAKEN_OVER_BY_STEP, Crashed, FormatFailure, InvalidRequest, RetryPolicy, record_failure, within
 from ..redact import redact, register_secret
 from .state import COMMIT_OUTPUT, COMPLETE, COMPLETE_IN_TRANSACTION, FINAL_STATUSES, START_FIRST_ATTEMPT, move
-from .store import (DB_NOW, append_event, boundary, connect, connect_read_only, encode, every_boundary, from_json,
-                    immediate, now, to_json, write)
+from .store import (DB_NOW, append_event, boundary, connect, encode, every_boundary, from_json, immediate, now, to_json,
+                    write)
 
 WORKFLOWS: dict[str, Callable[["Workflow"], Any]] = {}  # kind -> its function
 VERSIONS: dict[str, str] = {}  # kind -> the code version a new workflow of that kind records
@@ -98,10 +98,11 @@ def _check_start(kind: str, workflow_id: str, value: Any, retry_budget: Any) -> 
 class Journal:
     """Workflows, steps and their append-only history in one SQLite file."""
 
-    def __init__(self, path: str | Path, synchronous: str = "FULL", create: bool = True, read_only: bool = False):
-        """Open the journal at ``path``; ``create=False`` refuses a missing or empty file, ``read_only`` never writes."""
+    def __init__(self, path: str | Path, synchronous: str = "FULL", create: bool = True,
+                 conn: sqlite3.Connection | None = None):
+        """Open the journal at ``path``; ``create=False`` refuses a missing or empty file. ``conn``: one already open."""
         self.path, self.synchronous = Path(path), synchronous.upper()
-        self.conn = connect_read_only(self.path) if read_only else connect(self.path, self.synchronous, create=create)
+        self.conn = conn or connect(self.path, self.synchronous, create=create)
         self.relaxing = False  # inside ``relaxed``
         self._log = None  # the write-ahead log, opened for ``sync``
 

@@ -14,7 +14,6 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
-from urllib.parse import quote
 
 from ..errors import SettingError, describe_json_problem, describe_storage_fault
 from ..redact import Unredactable, redact, redact_value, secrets_in_json
@@ -204,9 +203,9 @@ def connect(path: str | Path, synchronous: str = "FULL", busy_timeout_ms: int | 
     if level not in SYNCHRONOUS_LEVELS:
         raise ValueError(f"synchronous must be one of {SYNCHRONOUS_LEVELS}, not {synchronous!r}")
     timeout = default_busy_timeout_ms() if busy_timeout_ms is None else busy_timeout_ms
-    _refuse_folder(Path(path))
+    refuse_folder(Path(path))
     if not create:
-        _refuse_missing_or_empty(Path(path))
+        refuse_missing_or_empty(Path(path))
     # isolation_level=None: we issue BEGIN ourselves, so every transaction is visible in the code.
     conn = sqlite3.connect(str(path), isolation_level=None, timeout=timeout / 1000)
     conn.row_factory = sqlite3.Row
@@ -225,7 +224,7 @@ def _ensure_schema(conn: sqlite3.Connection, path: str | Path) -> None:
     # An existing journal is checked by reading only, so opening it never waits for another process's write lock.
     names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' OR type = 'view'")}
     if SCHEMA_NAMES <= names:
-        return _check_version(conn.execute("SELECT version FROM schema_version").fetchone(), path)
+        return check_version(conn.execute("SELECT version FROM schema_version").fetchone(), path)
     with immediate(conn):
         for statement in filter(str.strip, SCHEMA.split(";")):
             conn.execute(statement)
@@ -233,70 +232,24 @@ def _ensure_schema(conn: sqlite3.Connection, path: str | Path) -> None:
         if row is None:
             conn.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
         else:
-            _check_version(row, path)
+            check_version(row, path)
 
 
-def _check_version(row, path: str | Path) -> None:
+def check_version(row, path: str | Path) -> None:
     if row is None or row["version"] != SCHEMA_VERSION:
         raise SchemaMismatch(
             f"{path} has schema version {row and row['version']}, this durable_kit expects {SCHEMA_VERSION}: "
             "use a new database file, or the durable_kit version that wrote it.")
 
 
-def connect_read_only(path: str | Path) -> sqlite3.Connection:
-    """Open an existing journal only to read it: no file, schema or WAL mode is ever created, no lock taken.
-
-    Refuses (``StorageFault``, one line naming the path and what to do) a
-    missing or empty file, a folder, a damaged one, an SQLite file that is not
-    a journal; a journal of another schema version raises ``SchemaMismatch``.
-    A journal in a folder this process cannot write, with no write-ahead log
-    beside it (so every commit is in the file itself), is read as it stands.
-    """
-    path = Path(path)
-    timeout = default_busy_timeout_ms() / 1000
-    _refuse_folder(path)
-    _refuse_missing_or_empty(path)
-    uri = f"file:{quote(str(path.resolve()))}?mode=ro"
-    if not os.access(path.parent, os.W_OK) and not _has_log(path):
-        uri += "&immutable=1"  # SQLite cannot create its shared-memory file here, and nothing waits in a log
-    conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=timeout)
-    conn.row_factory = sqlite3.Row
-    try:
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        if not {"schema_version", "workflows"} <= tables:
-            raise StorageFault(f"{path} is an SQLite file but not a durable_kit journal (it has no workflows table); "
-                               "nothing was changed. Point --db at a journal, or create one with `start`.")
-        row = conn.execute("SELECT version FROM schema_version").fetchone()
-    except sqlite3.DatabaseError as error:
-        conn.close()
-        raise StorageFault(describe_storage_fault(error, path)) from None
-    except StorageFault:
-        conn.close()
-        raise
-    try:
-        _check_version(row, path)
-    except SchemaMismatch:
-        conn.close()
-        raise
-    return conn
-
-
-def _has_log(path: Path) -> bool:
-    log = Path(f"{path}-wal")
-    return log.exists() and log.stat().st_size > 0
-
-
-def _refuse_folder(path: Path) -> None:
+def refuse_folder(path: Path) -> None:
+    """Refuse (``StorageFault``) a folder given as the journal's file."""
     if path.is_dir():
-        raise StorageFault(_folder_message(path))
+        raise StorageFault(describe_storage_fault(IsADirectoryError(), path))
 
 
-def _folder_message(path: Path) -> str:
-    return (f"{path} is a folder, not a journal file; nothing was written. Point --db at a file, for example "
-            f"{path / 'journal.db'}.")
-
-
-def _refuse_missing_or_empty(path: Path) -> None:
+def refuse_missing_or_empty(path: Path) -> None:
+    """Refuse (``StorageFault``) a missing or empty file: it would become a new, empty journal."""
     if not path.exists():
         raise StorageFault(f"{path}: no such journal; nothing was created. Check the path, "
                            "or create a journal with `start`.")

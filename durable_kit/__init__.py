@@ -20,14 +20,14 @@
   read-then-write transaction.
 
 The rest has public modules of its own: the outside world
-(``durable_kit.fakes``, ``durable_kit.ledger``), the harness
-(``durable_kit.faults``, ``durable_kit.runner``, ``durable_kit.crashlab``,
-``durable_kit.bench``) and the workshop (``durable_kit.lab``,
-``durable_kit.agents``, ``durable_kit.memory``, ``durable_kit.evaluation``).
+(``durable_kit.world``, ``durable_kit.world.ledger``), the harness
+(``durable_kit.harness.faults``, ``durable_kit.harness.runner``, ``durable_kit.harness.crashlab``,
+``durable_kit.bench``) and the workshop (``durable_kit.workshop.lab``,
+``durable_kit.workshop.agents``, ``durable_kit.workshop.memory``, ``durable_kit.workshop.evaluation``).
 Importing ``durable_kit`` loads none of them but the fault hook, so it stays
 light: no crash lab, no pandas, matplotlib or ipywidgets.
 """
-from . import faults  # noqa: F401  (installs the boundary hook: every process fires the faults armed for it)
+from .harness import faults  # noqa: F401  (installs the boundary hook: every process fires the faults armed for it)
 from .change import cancel, fork
 from .core.journal import Ended, Journal, Suspended, Workflow, WorkflowError, run_workflow, workflow
 from .core.leases import Lease, LeaseLost, check_lease, new_owner, owner_is_gone

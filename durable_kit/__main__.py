@@ -59,7 +59,7 @@ def from_json_argument(text: str, flag: str, outcome: str):
 
 
 def cmd_run(args) -> int:
-    from . import agents  # noqa: F401  (registers the built-in workflows)
+    from .workshop import agents  # noqa: F401  (registers the built-in workflows)
     from .core.journal import Journal, run_workflow
 
     if args.module:
@@ -70,7 +70,7 @@ def cmd_run(args) -> int:
 
 
 def cmd_start(args) -> int:
-    from . import agents  # noqa: F401  (registers the built-in workflows)
+    from .workshop import agents  # noqa: F401  (registers the built-in workflows)
     from .core.journal import WORKFLOWS, Journal
 
     if args.module:
@@ -134,7 +134,7 @@ def cmd_cancel(args) -> int:
 
 def cmd_fork(args) -> int:
     """Start a new workflow from another's journal up to a step; the original is left as it is."""
-    from . import agents  # noqa: F401  (registers the built-in workflows, for the version the fork records)
+    from .workshop import agents  # noqa: F401  (registers the built-in workflows, for the version the fork records)
     from .change import fork
     from .core.journal import Journal
 
@@ -183,7 +183,7 @@ STATUS_HINTS = {
 
 
 def cmd_status(args) -> int:
-    from . import agents  # noqa: F401  (registers the built-in workflows: a kind none of them is, is said so)
+    from .workshop import agents  # noqa: F401  (registers the built-in workflows: a kind none of them is, is said so)
     from .admin import open_wait, read_only
     from .core.journal import WORKFLOWS
 
@@ -195,7 +195,7 @@ def cmd_status(args) -> int:
     waiting = open_wait(journal, args.workflow)
     waiting_for = waiting and {key: waiting[key] for key in ("name", "kind", "request", "wake_at")}
     if args.json:
-        from .agents.loop import usage_for_status
+        from .workshop.agents.loop import usage_for_status
         print(json.dumps({"workflow": {**{k: wf[k] for k in ("id", "kind", "status", "error", "next_run_at",
                                                              "retries_used", "retry_budget", "output", "version")},
                                        "origin": json.loads(wf["origin"]) if wf["origin"] else None,
@@ -236,7 +236,7 @@ def cmd_status(args) -> int:
         if step["versions"]:
             line += "  versions " + ", ".join(f"{k}={v}" for k, v in sorted(step["versions"].items()))
         print(line)
-    from .agents.loop import usage_lines
+    from .workshop.agents.loop import usage_lines
     for line in usage_lines(args.db, wf):
         print(line)
     return 0
@@ -258,7 +258,7 @@ def cmd_history(args) -> int:
 
 
 def cmd_worker(args) -> int:
-    from . import agents  # noqa: F401  (registers the built-in workflows)
+    from .workshop import agents  # noqa: F401  (registers the built-in workflows)
     from .redact import redact
     from .core.worker import run_worker
 
@@ -271,14 +271,14 @@ def cmd_worker(args) -> int:
 
 
 def cmd_fragile(args) -> int:
-    from .agents.fragile import research_in_memory
+    from .workshop.agents.fragile import research_in_memory
 
     print(json.dumps(research_in_memory(args.db, args.topic)))
     return 0
 
 
 def cmd_checkpoint_agent(args) -> int:
-    from .agents.checkpoints import research_filing
+    from .workshop.agents.checkpoints import research_filing
 
     status = research_filing(args.db, args.run, args.company, args.period, not args.source_down)
     print(status)
@@ -294,15 +294,15 @@ MATRIX_KEYS = ("strategy", "crash_point", "payment_calls", "refunds_at_destinati
 def cmd_demo(args) -> int:
     with tempfile.TemporaryDirectory(prefix="durable-kit-") as folder:
         if args.name == "checkpoints":
-            from .agents.checkpoints import run_all, summary_rows
+            from .workshop.agents.checkpoints import run_all, summary_rows
 
             rows = summary_rows(run_all(folder))
         elif args.name == "refunds":
-            from .agents.refunds import crash_matrix
+            from .workshop.agents.refunds import crash_matrix
 
             rows = [{key: row[key] for key in MATRIX_KEYS} for row in crash_matrix(folder)]
         else:
-            from .agents.shared_work import run_all as worker_scenarios
+            from .workshop.agents.shared_work import run_all as worker_scenarios
 
             rows = [{key: row[key] for key in WORKER_KEYS} for row in worker_scenarios(folder)]
     if args.json:
@@ -314,7 +314,7 @@ def cmd_demo(args) -> int:
 
 
 def cmd_arm(args) -> int:
-    from .faults import arm
+    from .harness.faults import arm
     from .core.store import connect
 
     arm(connect(args.db), args.point, args.action, args.seconds)
@@ -340,13 +340,13 @@ def cmd_fault(args) -> int:
 
 
 def cmd_check_setup(args) -> int:
-    from .setup_check import main as check_setup
+    from .workshop.setup_check import main as check_setup
 
     return check_setup(args.scratch)
 
 
 def cmd_reset_scratch(args) -> int:
-    from .lab.student import reset_scratch
+    from .workshop.lab.student import reset_scratch
 
     for folder in reset_scratch(args.notebooks):
         print(f"removed {folder}")
@@ -354,7 +354,7 @@ def cmd_reset_scratch(args) -> int:
 
 
 def cmd_crashlab(args) -> int:
-    from . import crashlab
+    from .harness import crashlab
 
     workflow_input = json.loads(args.input)
     if args.workflows > 1 and isinstance(workflow_input, dict):

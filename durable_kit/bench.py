@@ -43,7 +43,7 @@ from typing import Callable
 from .core.journal import Journal, Workflow, run_workflow, workflow
 from .core.leases import grant, new_owner
 from .core.store import immediate
-from .peers import INSTALL, available
+from .workshop.peers import INSTALL, available
 
 LEVELS = ("FULL", "NORMAL")
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the folder holding the durable_kit being measured
@@ -384,7 +384,7 @@ class DbosWorkflows:
     def __init__(self, path: Path):
         from dbos import DBOS
 
-        from .graduate import engine
+        from .workshop.graduate import engine
 
         if DbosWorkflows._workflow is None:
             @DBOS.step(name="bench_compare_step")
@@ -538,7 +538,7 @@ def journal_mode(path: Path) -> str | None:
 
 def measure_workers(counts=(1, 2, 4, 8), workflows: int = 200) -> dict:
     """Steps per second with 1, 2, 4 and 8 worker processes on one database, and what went wrong (nothing, we hope)."""
-    from .agents.shared_work import contention
+    from .workshop.agents.shared_work import contention
 
     with tempfile.TemporaryDirectory() as tmp:
         runs = [contention(tmp, workers, workflows) for workers in counts]

@@ -17,7 +17,7 @@ import time
 
 import durable_kit
 from durable_kit import effect_key
-from durable_kit.fakes.service import KeyedService
+from durable_kit.world.service import KeyedService
 
 CODE = os.environ.get("DURABLE_KIT_MODEL_CODE", "v1")
 

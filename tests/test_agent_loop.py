@@ -8,12 +8,12 @@ import sys
 import pytest
 
 from durable_kit import Journal, resume, run_workflow
-from durable_kit.agents.loop import (activity_runs, fixture_passage, load_case, replay_state, usage,
+from durable_kit.workshop.agents.loop import (activity_runs, fixture_passage, load_case, replay_state, usage,
                                      usage_lines)
 from durable_kit.core.waits import answer
-from durable_kit.fakes.provider import OpenAICompatibleModel, ProviderNotConfigured
-from durable_kit.fakes.scripted import ScriptedModel, clear_outage, set_outage
-from durable_kit.runner import run_in_child
+from durable_kit.world.provider import OpenAICompatibleModel, ProviderNotConfigured
+from durable_kit.world.scripted import ScriptedModel, clear_outage, set_outage
+from durable_kit.harness.runner import run_in_child
 
 from conftest import ROOT
 

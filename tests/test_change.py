@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from durable_kit import Journal
-from durable_kit.faults import arm
+from durable_kit.harness.faults import arm
 
 from conftest import dump, run_python
 

@@ -7,9 +7,9 @@ import pytest
 
 from durable_kit import Journal
 from durable_kit.core.journal import VERSIONS, WORKFLOWS
-from durable_kit.faults import arm
-from durable_kit.lab import change_demo
-from durable_kit.lab.change_demo import (EXERCISE_KIND, NEW_MARKUP, OLD_MARKUP, Seats, charge_card,
+from durable_kit.harness.faults import arm
+from durable_kit.workshop.lab import change_demo
+from durable_kit.workshop.lab.change_demo import (EXERCISE_KIND, NEW_MARKUP, OLD_MARKUP, Seats, charge_card,
                                          check_patched_trip, effects, hold_seat, quote, requests)
 
 from conftest import run_python
@@ -69,7 +69,7 @@ def test_the_check_names_what_is_wrong(capsys, trip, problem):
 
 BOOKING = '''
 from durable_kit import workflow
-from durable_kit.lab.change_demo import charge_card, hold_seat, quote, refund_card, release_seat
+from durable_kit.workshop.lab.change_demo import charge_card, hold_seat, quote, refund_card, release_seat
 
 
 @workflow("demo_trip", version="v1")

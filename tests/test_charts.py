@@ -7,7 +7,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from durable_kit.lab import charts  # noqa: E402
+from durable_kit.workshop.lab import charts  # noqa: E402
 
 
 @pytest.fixture
@@ -151,7 +151,7 @@ def chart_cells():
 def test_every_chart_cell_draws_with_the_shared_palette_and_style():
     import re
 
-    from durable_kit.lab import crashlab_charts
+    from durable_kit.workshop.lab import crashlab_charts
 
     drawers = {name for module in (charts, crashlab_charts) for name in dir(module)
                if callable(getattr(module, name)) and getattr(getattr(module, name), "__module__", "") == module.__name__
@@ -161,7 +161,7 @@ def test_every_chart_cell_draws_with_the_shared_palette_and_style():
     own_style = re.compile(r"\b(plt|ax|fig|sns)\.|\bcolou?rs?\s*=|#[0-9a-fA-F]{6}\b|\bcmap\s*=")
     for notebook, index, source in cells:
         assert any(re.search(rf"\b{name}\(", source) for name in drawers), (
-            f"{notebook} cell {index} draws a chart without durable_kit.lab.charts: {source[:80]!r}")
+            f"{notebook} cell {index} draws a chart without durable_kit.workshop.lab.charts: {source[:80]!r}")
         assert not own_style.search(source), (
             f"{notebook} cell {index} sets its own colours or style: {own_style.search(source).group(0)!r}")
 

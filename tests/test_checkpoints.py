@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from durable_kit.agents.checkpoints import SCENARIOS, answer_clarification, run_all, run_scenario, saved_state
+from durable_kit.workshop.agents.checkpoints import SCENARIOS, answer_clarification, run_all, run_scenario, saved_state
 
 from conftest import dump
 

@@ -57,9 +57,9 @@ def test_bench_without_json_prints_aligned_tables():
 
 
 def test_arm_then_run_crashes_at_the_armed_point(tmp_path):
-    import durable_kit.agents  # noqa: F401  (registers research_report in this process, as the CLI does)
+    import durable_kit.workshop.agents  # noqa: F401  (registers research_report in this process, as the CLI does)
     from durable_kit import Journal
-    from durable_kit.faults import CRASH_EXIT_CODE
+    from durable_kit.harness.faults import CRASH_EXIT_CODE
 
     db = tmp_path / "wf.db"
     journal = Journal(db)
@@ -82,7 +82,7 @@ def test_help_lists_every_command_of_the_later_notebooks():
 
 def test_demo_workers_prints_exactly_the_documented_keys(monkeypatch, capsys):
     from durable_kit import __main__ as cli
-    from durable_kit.agents import shared_work
+    from durable_kit.workshop.agents import shared_work
 
     row = {"scenario": "leases", "workers": 2, "workflows": 3, "activity_runs": 9, "duplicate_runs": 0,
            "stale_writes_rejected": 0, "takeover_seconds": None, "extra": "not printed"}

@@ -5,7 +5,7 @@ section runs from its heading to the next heading of the same or a higher
 level, so this test cuts exactly that (also when a heading sits in the middle
 of a markdown cell) and executes what is left with nbclient, on this
 interpreter, in a temporary copy of the notebooks folder: the learner copies
-are generated there with ``durable_kit.lab.student``, so ``scratch/`` and the
+are generated there with ``durable_kit.workshop.lab.student``, so ``scratch/`` and the
 links between notebooks resolve as they do for a learner.
 """
 from __future__ import annotations
@@ -21,8 +21,8 @@ import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
-from durable_kit.lab import student
-from durable_kit.lab.minutes import core_only, heading
+from durable_kit.workshop.lab import student
+from durable_kit.workshop.lab.minutes import core_only, heading
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 SECTION = re.compile(r"^(\d+)\. \S.* · (core|deep dive)$")  # the convention: "## <n>. <title> · core"
@@ -68,7 +68,7 @@ def test_every_section_heading_follows_the_convention_numbered_in_order(path):
     headings = section_headings(json.loads(path.read_text(encoding="utf-8")))
     inside = [title for title, opens in headings if not opens]
     assert not inside, (f"{path.name}: start a cell with each section heading (the reading model, "
-                        f"durable_kit.lab.minutes, sees a heading only there): {inside}")
+                        f"durable_kit.workshop.lab.minutes, sees a heading only there): {inside}")
     titles = [title for title, _ in headings]
     wrong = [title for title in titles if not SECTION.match(title)]
     assert not wrong, (f"{path.name}: write each section heading as '## <n>. <title> · core' (or '· deep dive'): "

@@ -4,10 +4,10 @@ from __future__ import annotations
 import pytest
 
 from durable_kit import Journal
-from durable_kit.fakes.llm import load_topics
-from durable_kit.faults import CRASH_EXIT_CODE
-from durable_kit.ledger import Ledger
-from durable_kit.runner import run_in_child
+from durable_kit.world.llm import load_topics
+from durable_kit.harness.faults import CRASH_EXIT_CODE
+from durable_kit.world.ledger import Ledger
+from durable_kit.harness.runner import run_in_child
 
 TOPIC = "supplier concentration risk"
 SUBTOPICS = load_topics()[TOPIC]["subtopics"]

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from durable_kit.core.store import connect
-from durable_kit.crashlab import explore, fuzz, step_map
-from durable_kit.crashlab import INVARIANTS, CrashLabError, answers, promise_violations, summarize
-from durable_kit.fakes.service import KeyedService, UnkeyedService
-from durable_kit.fakes.service import KeyReused, StaleToken
-from durable_kit.faults import tracing, trip
+from durable_kit.harness.crashlab import explore, fuzz, step_map
+from durable_kit.harness.crashlab import INVARIANTS, CrashLabError, answers, promise_violations, summarize
+from durable_kit.world.service import KeyedService, UnkeyedService
+from durable_kit.world.service import KeyReused, StaleToken
+from durable_kit.harness.faults import tracing, trip
 
 from conftest import ROOT, run_python
 
@@ -22,8 +22,8 @@ TRAVEL = '''
 """A travel booking agent: a model proposes a flight, a keyed seat hold, an approval,
 a card charge without keys that reconciles first, an itinerary by a keyed mailer."""
 from durable_kit import effect_key, reconcile_then_send, send_at_most_once, send_guarded, workflow
-from durable_kit.fakes.scripted import ScriptedModel
-from durable_kit.fakes.service import KeyedService, UnkeyedService
+from durable_kit.world.scripted import ScriptedModel
+from durable_kit.world.service import KeyedService, UnkeyedService
 from travel_services import Cards, Mail, Seats
 
 SCRIPT = [{"when": {}, "action": {"tool": "propose", "args": {"flight": "LX318", "fare": 412.0}}}]
@@ -56,7 +56,7 @@ def trip(wf):
 '''
 
 SERVICES = '''
-from durable_kit.fakes.service import KeyedService, UnkeyedService
+from durable_kit.world.service import KeyedService, UnkeyedService
 
 
 class Seats(KeyedService):
@@ -263,7 +263,7 @@ def test_step_map_marks_every_step_by_what_it_touched(travel, explored, tmp_path
 def test_a_keyed_destination_that_ignores_its_key_breaks_an_invariant(tmp_path):
     module = tmp_path / "noisy.py"
     module.write_text(
-        "from durable_kit import effect_key, send_guarded, workflow\nfrom durable_kit.fakes.notifier import Notifier\n\n\n"
+        "from durable_kit import effect_key, send_guarded, workflow\nfrom durable_kit.world.notifier import Notifier\n\n\n"
         "@workflow('noisy')\n"
         "def noisy(wf):\n"
         "    notifier = Notifier.beside(wf.db_path, dedupe=False)\n"
@@ -415,7 +415,7 @@ def test_a_service_refuses_a_stale_fencing_token_for_its_key_and_does_nothing(tm
 
 FENCED = '''
 from durable_kit import effect_key, workflow
-from durable_kit.fakes.service import KeyedService, UnkeyedService
+from durable_kit.world.service import KeyedService, UnkeyedService
 
 
 class Seats(KeyedService):

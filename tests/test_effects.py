@@ -13,9 +13,9 @@ from durable_kit.admin import waits
 from durable_kit.core.worker import run_due
 from durable_kit.effects import (DESTINATIONS, NOT_SENT, destination, dispatch_outbox, effect_key,
                                  reconcile_then_send, send_at_most_once, send_guarded, send_via_outbox)
-from durable_kit.fakes.notifier import Notifier, notifier_path
-from durable_kit.fakes.payments import KeyReused, Payments, payments_path
-from durable_kit.faults import CRASH_EXIT_CODE, InjectedFailure, arm
+from durable_kit.world.notifier import Notifier, notifier_path
+from durable_kit.world.payments import KeyReused, Payments, payments_path
+from durable_kit.harness.faults import CRASH_EXIT_CODE, InjectedFailure, arm
 
 from conftest import dump, run_python
 
@@ -404,7 +404,7 @@ def test_a_sender_that_raises_leaves_the_row_pending_and_the_next_dispatch_sends
 PROBES = '''
 import durable_kit
 from durable_kit.effects import destination, send_at_most_once, send_via_outbox
-from durable_kit.fakes.notifier import Notifier
+from durable_kit.world.notifier import Notifier
 
 
 @destination("probe.notifier")
@@ -479,7 +479,7 @@ def test_a_crash_between_send_and_mark_sends_twice_and_the_keyed_destination_kee
 
 
 def test_a_payment_service_refuses_a_lower_fencing_token_for_the_same_key(db):
-    from durable_kit.fakes.payments import StaleToken
+    from durable_kit.world.payments import StaleToken
 
     payments = Payments.beside(db, accepts_keys=False)
     assert payments.refund("A-1001", 89.0, "w1:refund", fencing_token=2)["refund_id"] == "R-0001"

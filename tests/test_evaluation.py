@@ -4,12 +4,12 @@ from __future__ import annotations
 import copy
 
 from durable_kit import Journal, run_workflow
-from durable_kit.agents.loop import load_case
-from durable_kit.evaluation import (check_answer, check_support, curated_rows, load_eval_cases, model_judge,
+from durable_kit.workshop.agents.loop import load_case
+from durable_kit.workshop.evaluation import (check_answer, check_support, curated_rows, load_eval_cases, model_judge,
                                     numbers_in, support_rows)
-from durable_kit.fakes.scripted import ScriptedModel
-from durable_kit.ledger import Ledger
-from durable_kit.runner import run_in_child
+from durable_kit.world.scripted import ScriptedModel
+from durable_kit.world.ledger import Ledger
+from durable_kit.harness.runner import run_in_child
 
 SCOPE = load_case("three_companies_fy2025")
 

@@ -6,7 +6,7 @@ import json
 from durable_kit import immediate, reconcile_then_send, send_at_most_once, send_guarded
 from durable_kit.core.retries import (AmbiguousEffect, FormatFailure, InvalidRequest, PolicyDenied, RateLimited,
                                  Transient)
-from durable_kit.lab import checks
+from durable_kit.workshop.lab import checks
 
 FINISHED = "SELECT output FROM steps WHERE workflow_id = ? AND name = ? AND status = 'complete'"
 
@@ -90,8 +90,8 @@ def test_kill_after_fetch_runs_real_processes(capsys):
     assert said(capsys).startswith("not quite: your code is right, your predictions are not: exit_code")
 
     def exits_politely(db):
-        from durable_kit.agents.checkpoints import attempt_in_child, open_checkpoints, saved_state
-        from durable_kit.faults import arm, disarm_all
+        from durable_kit.workshop.agents.checkpoints import attempt_in_child, open_checkpoints, saved_state
+        from durable_kit.harness.faults import arm, disarm_all
         conn = open_checkpoints(db)
         arm(conn, "after_fetch", "exit")
         code = attempt_in_child(db)
@@ -191,8 +191,8 @@ def test_predicted_calls_names_the_misunderstanding(capsys):
 
 
 def test_kill_after_fetch_refuses_each_misunderstanding(capsys):
-    from durable_kit.agents.checkpoints import attempt_in_child, open_checkpoints, saved_state
-    from durable_kit.faults import arm, disarm_all
+    from durable_kit.workshop.agents.checkpoints import attempt_in_child, open_checkpoints, saved_state
+    from durable_kit.harness.faults import arm, disarm_all
 
     def run(point="after_fetch", action="kill", disarm=True, returned=None):
         def kill_after_fetch(db):
@@ -220,8 +220,8 @@ def test_kill_after_fetch_refuses_each_misunderstanding(capsys):
 
 
 def test_kill_after_fetch_refuses_a_second_attempt_that_was_never_disarmed(capsys):
-    from durable_kit.agents.checkpoints import attempt_in_child, open_checkpoints, saved_state
-    from durable_kit.faults import arm
+    from durable_kit.workshop.agents.checkpoints import attempt_in_child, open_checkpoints, saved_state
+    from durable_kit.harness.faults import arm
 
     def arms_twice(db):  # re-arms instead of disarming: the second attempt dies too
         conn = open_checkpoints(db)
@@ -441,7 +441,7 @@ def test_resume_context_refuses_a_dangling_citation_skipped_or_unnamed(capsys):
 # --- notebook 05: check_notify ---------------------------------------------------------------------------------------
 
 def notify_with(key=lambda wf: f"{wf.id}:notify", dedupe=True, step="notify"):
-    from durable_kit.fakes.notifier import Notifier
+    from durable_kit.world.notifier import Notifier
 
     def notify(wf, message):
         notifier = Notifier.beside(wf.db_path, dedupe=dedupe)

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from durable_kit import Journal, immediate
-from durable_kit.agents.failures import ANSWER, CASES, describe, start_demo, work_until_settled
-from durable_kit.faults import arm
-from durable_kit.ledger import Ledger
+from durable_kit.workshop.agents.failures import ANSWER, CASES, describe, start_demo, work_until_settled
+from durable_kit.harness.faults import arm
+from durable_kit.world.ledger import Ledger
 
 from conftest import make_due, run_python
 

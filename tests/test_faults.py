@@ -8,7 +8,7 @@ import pytest
 
 from durable_kit import Journal
 from durable_kit.core.store import connect
-from durable_kit.faults import InjectedFailure, arm, disarm_all, trip
+from durable_kit.harness.faults import InjectedFailure, arm, disarm_all, trip
 
 from conftest import dump
 

@@ -13,18 +13,18 @@ import pytest
 
 from conftest import run_python
 
-from durable_kit.graduate import require_dbos
+from durable_kit.workshop.graduate import require_dbos
 
 require_dbos()  # a clear ImportError naming the install command, never a skip
 
-from durable_kit.graduate.checks import load_function, verdict_for  # noqa: E402
-from durable_kit.graduate.crashlab import (approval_run, dbos_refund_cell, refund_crash_table,  # noqa: E402
+from durable_kit.workshop.graduate.checks import load_function, verdict_for  # noqa: E402
+from durable_kit.workshop.graduate.crashlab import (approval_run, dbos_refund_cell, refund_crash_table,  # noqa: E402
                                            research_crash_table, two_workers)
-from durable_kit.graduate.postgres import ENV_VAR, PostgresUnavailable, start_postgres  # noqa: E402
+from durable_kit.workshop.graduate.postgres import ENV_VAR, PostgresUnavailable, start_postgres  # noqa: E402
 
 
 def test_import_durable_kit_does_not_import_dbos():
-    child = run_python("-c", "import sys, durable_kit, durable_kit.graduate; print('dbos' in sys.modules)")
+    child = run_python("-c", "import sys, durable_kit, durable_kit.workshop.graduate; print('dbos' in sys.modules)")
     assert child.returncode == 0, child.stderr
     assert child.stdout.strip() == "False"
 
@@ -67,7 +67,7 @@ def test_approval_sent_while_no_process_runs_is_received_after_restart(tmp_path)
 
 def test_port_refuses_a_strategy_it_does_not_have_and_writes_nothing(tmp_path):
     db = tmp_path / "refused.dbos.sqlite"
-    child = run_python("-m", "durable_kit.graduate", "run", "--db", str(db), "--start", "refund", "--id", "r-1",
+    child = run_python("-m", "durable_kit.workshop.graduate", "run", "--db", str(db), "--start", "refund", "--id", "r-1",
                        "--input", json.dumps({"order_id": "A-1001", "strategy": "outbox", "world": "w.db"}))
     assert child.returncode != 0
     assert "'r-1'" in child.stderr and "destination_key" in child.stderr
@@ -120,7 +120,7 @@ def test_postgres_helper_says_why_and_how_to_fix(monkeypatch):
 
 
 def write(path: Path, body: str) -> Path:
-    path.write_text("from dbos import DBOS\nfrom durable_kit.fakes.payments import Payments\n\n\n" + body)
+    path.write_text("from dbos import DBOS\nfrom durable_kit.world.payments import Payments\n\n\n" + body)
     return path
 
 
@@ -139,7 +139,7 @@ def test_exercise_check_fails_no_key_and_a_constant_key_and_passes_the_workflow_
 
 
 def test_bench_prints_ratios():
-    child = run_python("-m", "durable_kit.graduate", "bench", "--steps", "20", "--json")
+    child = run_python("-m", "durable_kit.workshop.graduate", "bench", "--steps", "20", "--json")
     assert child.returncode == 0, child.stderr
     result = json.loads(child.stdout)
     assert {"kit_vs_raw", "dbos_sqlite_vs_raw", "dbos_sqlite_vs_kit"} <= set(result)
@@ -147,7 +147,7 @@ def test_bench_prints_ratios():
 
 
 def test_the_crash_chart_counts_every_request_against_the_clean_run_and_one_answer():
-    from durable_kit.graduate.loop_crashlab import BOUNDARIES, PLAIN_TOOLS, chart_series
+    from durable_kit.workshop.graduate.loop_crashlab import BOUNDARIES, PLAIN_TOOLS, chart_series
 
     def cell(side, model, source, send, delivered):
         return {f"{side}_model_calls": model, f"{side}_source_calls": source, f"{side}_send_requests": send,

@@ -10,13 +10,13 @@ import pytest
 
 from conftest import run_python
 
-from durable_kit.graduate import FRAMEWORK_MISSING, INSTALL_HINT, require_dbos
+from durable_kit.workshop.graduate import FRAMEWORK_MISSING, INSTALL_HINT, require_dbos
 
 require_dbos()
 
-from durable_kit.graduate.loop_crashlab import (BOUNDARIES, PLAIN_TOOLS, loop_crash_table,  # noqa: E402
+from durable_kit.workshop.graduate.loop_crashlab import (BOUNDARIES, PLAIN_TOOLS, loop_crash_table,  # noqa: E402
                                                 loop_two_workers, paired_rows)
-from durable_kit.graduate.postgres import PostgresUnavailable, start_postgres  # noqa: E402
+from durable_kit.workshop.graduate.postgres import PostgresUnavailable, start_postgres  # noqa: E402
 
 CLEAN = {"model_calls": 8, "source_calls": 4, "deliveries": 1, "send_requests": 1}
 # boundary -> (kit exit code, framework exit code, what changes from a clean run on both sides)
@@ -89,7 +89,7 @@ def test_postgres_two_workers_one_killed_mid_run(tmp_path):
 
 
 def test_without_the_framework_the_command_says_what_to_install_in_one_line(tmp_path):
-    hide = "import sys; sys.modules['pydantic_ai'] = None; from durable_kit.graduate.__main__ import main; "
+    hide = "import sys; sys.modules['pydantic_ai'] = None; from durable_kit.workshop.graduate.__main__ import main; "
     child = run_python("-c", hide + f"main(['loop', '--db', {str(tmp_path / 'x.sqlite')!r}])")
     assert child.returncode == 1
     assert child.stderr.strip() == FRAMEWORK_MISSING
@@ -101,7 +101,7 @@ def test_without_the_framework_the_command_says_what_to_install_in_one_line(tmp_
                                                       ("dbos_openai_agents", "openai_loop", "the OpenAI Agents SDK")])
 def test_importing_an_agent_without_its_framework_raises_one_line(hidden, module, framework):
     child = run_python("-c", f"import sys; sys.modules[{hidden!r}] = None\n"
-                             f"try:\n    import durable_kit.graduate.{module}\n"
+                             f"try:\n    import durable_kit.workshop.graduate.{module}\n"
                              "except ImportError as e:\n    print(e)")
     assert child.returncode == 0, child.stderr
     assert child.stdout.strip() == FRAMEWORK_MISSING.replace("Pydantic AI", framework)

@@ -18,8 +18,8 @@ import pytest
 
 from durable_kit import Journal
 from durable_kit.core.journal import run_workflow
-from durable_kit.fakes.payments import Payments
-from durable_kit.faults import arm
+from durable_kit.world.payments import Payments
+from durable_kit.harness.faults import arm
 
 from conftest import ROOT, dump, run_python, wait_until
 

@@ -7,7 +7,7 @@ import math
 import re
 from pathlib import Path
 
-from durable_kit.lab import minutes
+from durable_kit.workshop.lab import minutes
 
 ROOT = Path(__file__).resolve().parents[1]
 GUIDE = (ROOT / "INSTRUCTORS.md").read_text(encoding="utf-8")

@@ -21,7 +21,7 @@ import pytest
 from durable_kit.admin import read_only
 import durable_kit
 from durable_kit import Ended, Journal, RetryPolicy, Suspended, Transient, run_workflow
-from durable_kit.agents.shared_work import (activity_runs, all_complete, contention, finish, popen_worker, run_all,
+from durable_kit.workshop.agents.shared_work import (activity_runs, all_complete, contention, finish, popen_worker, run_all,
                                             start_work, wait_until)
 from durable_kit.core.leases import (Heartbeat, LeaseLost, machine, new_owner, owner_is_gone, release, renew,
                                      revoke_abandoned)
@@ -29,7 +29,7 @@ from durable_kit.core.state import FINAL_STATUSES
 from durable_kit.core.store import BEGIN_ATTEMPTS, DB_NOW, connect, immediate
 from durable_kit.core.worker import claim_next
 from durable_kit.effects import send_at_most_once, send_via_outbox
-from durable_kit.ledger import Ledger
+from durable_kit.world.ledger import Ledger
 
 from conftest import dump, grant, run_python
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from durable_kit import Journal, immediate
-from durable_kit.ledger import Ledger, ledger_path
+from durable_kit.world.ledger import Ledger, ledger_path
 
 from conftest import dump
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from durable_kit.agents.loop import fixture_passage, note_finding
-from durable_kit.memory import (DanglingReference, EvidenceConflict, EvidenceStore, Finding, Passage, count_words,
+from durable_kit.workshop.agents.loop import fixture_passage, note_finding
+from durable_kit.workshop.memory import (DanglingReference, EvidenceConflict, EvidenceStore, Finding, Passage, count_words,
                                 newest_findings, quote_hash, recall, resume_context, select_findings,
                                 store_from_dict)
 

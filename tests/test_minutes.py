@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from durable_kit.lab import minutes
+from durable_kit.workshop.lab import minutes
 
 
 def md(text: str) -> dict:

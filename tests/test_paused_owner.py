@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from durable_kit.agents.paused_owner import pause_before_payment
+from durable_kit.workshop.agents.paused_owner import pause_before_payment
 
 LEASE_LOST = ["refund-A-1001: lease lost to token 3; this worker stopped working on it", "worker stopped"]
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from durable_kit.peers import available, crash_experiment
+from durable_kit.workshop.peers import available, crash_experiment
 
 from conftest import run_python
 
@@ -37,7 +37,7 @@ def test_langgraph_async_durability_may_rerun_the_last_finished_node(tmp_path):
 
 
 def test_a_missing_engine_gives_a_row_that_says_how_to_install_it(monkeypatch, tmp_path):
-    import durable_kit.peers as peers
+    import durable_kit.workshop.peers as peers
 
     monkeypatch.setitem(peers.ENGINES, "dbos", "no_such_engine_package")
     assert not available("dbos")
@@ -46,6 +46,6 @@ def test_a_missing_engine_gives_a_row_that_says_how_to_install_it(monkeypatch, t
 
 
 def test_peers_module_imports_no_engine_until_asked():
-    done = run_python("-c", "import sys, durable_kit.peers; print(sorted({m.split('.')[0] for m in sys.modules} & "
+    done = run_python("-c", "import sys, durable_kit.workshop.peers; print(sorted({m.split('.')[0] for m in sys.modules} & "
                             "{'dbos', 'langgraph'}))")
     assert done.stdout.strip() == "[]", done.stderr

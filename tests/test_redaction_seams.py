@@ -75,8 +75,8 @@ REDACTED_NOTE = "; ".join(["[REDACTED]"] * 4 + ["aws_secret_access_key=[REDACTED
 PLANTED_MODULE = '''
 import durable_kit
 from durable_kit import RetryPolicy, Transient
-from durable_kit.fakes.llm import FakeLLM
-from durable_kit.ledger import Ledger
+from durable_kit.world.llm import FakeLLM
+from durable_kit.world.ledger import Ledger
 
 
 @durable_kit.workflow("planted")
@@ -260,7 +260,7 @@ def test_a_retry_budget_that_is_not_a_whole_number_of_at_least_0_is_refused_with
     db = tmp_path / "journal.db"
     done = python(f'''
 import json
-import durable_kit.agents
+import durable_kit.workshop.agents
 from durable_kit import Journal
 from durable_kit.errors import WorkflowError
 journal = Journal({str(db)!r})

@@ -7,21 +7,21 @@ from pathlib import Path
 
 import pytest
 
-import durable_kit.agents  # noqa: F401  (registers the refund workflow and its outbox destinations)
+import durable_kit.workshop.agents  # noqa: F401  (registers the refund workflow and its outbox destinations)
 from durable_kit import Journal, run_workflow
 from durable_kit.__main__ import MATRIX_KEYS
-from durable_kit.agents.refunds import CRASH_POINTS, STRATEGIES, approval_reason, check_evidence, crash_matrix
+from durable_kit.workshop.agents.refunds import CRASH_POINTS, STRATEGIES, approval_reason, check_evidence, crash_matrix
 from durable_kit.core.retries import InvalidRequest
 from durable_kit.admin import open_wait, waits
 from durable_kit.core.waits import approve, reject
 from durable_kit.core.worker import run_worker
-from durable_kit.fakes.llm import MODEL_NAME, FakeLLM
-from durable_kit.fakes.notifier import Notifier, notifier_path
-from durable_kit.fakes.payments import Payments, payments_path
-from durable_kit.fakes.sources import load_orders, load_refund_policy
-from durable_kit.faults import CRASH_EXIT_CODE
-from durable_kit.ledger import Ledger
-from durable_kit.runner import run_in_child
+from durable_kit.world.llm import MODEL_NAME, FakeLLM
+from durable_kit.world.notifier import Notifier, notifier_path
+from durable_kit.world.payments import Payments, payments_path
+from durable_kit.world.sources import load_orders, load_refund_policy
+from durable_kit.harness.faults import CRASH_EXIT_CODE
+from durable_kit.world.ledger import Ledger
+from durable_kit.harness.runner import run_in_child
 
 from conftest import run_python
 

@@ -12,7 +12,7 @@ from durable_kit import Journal, run_workflow
 from durable_kit.core.journal import FINAL_STATUSES, Ended, Suspended
 from durable_kit.core.retries import (AmbiguousEffect, Decision, FormatFailure, InvalidRequest, PolicyDenied,
                                  RateLimited, RetryPolicy, Transient, decide)
-from durable_kit.faults import InjectedFailure, arm
+from durable_kit.harness.faults import InjectedFailure, arm
 
 from conftest import dump, make_due
 

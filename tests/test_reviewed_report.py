@@ -8,13 +8,13 @@ from collections import Counter
 
 import pytest
 
-import durable_kit.agents  # noqa: F401  (registers reviewed_report for in-process runs)
+import durable_kit.workshop.agents  # noqa: F401  (registers reviewed_report for in-process runs)
 from durable_kit import Journal, run_workflow
 from durable_kit.admin import open_wait
-from durable_kit.fakes.llm import load_topics
-from durable_kit.fakes.notifier import Notifier
-from durable_kit.faults import CRASH_EXIT_CODE
-from durable_kit.ledger import Ledger
+from durable_kit.world.llm import load_topics
+from durable_kit.world.notifier import Notifier
+from durable_kit.harness.faults import CRASH_EXIT_CODE
+from durable_kit.world.ledger import Ledger
 
 from conftest import plain, dump, run_python
 

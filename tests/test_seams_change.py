@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from durable_kit import Journal
-from durable_kit.faults import arm
+from durable_kit.harness.faults import arm
 
 from conftest import ROOT, dump, make_due, wait_until
 from test_change import AWAIT_CANCEL, PATCHED, SENDER, V1, calls, effects, kit, worker, write

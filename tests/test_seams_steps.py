@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from durable_kit import Journal, approve
-from durable_kit.faults import arm
+from durable_kit.harness.faults import arm
 
 from conftest import kit
 

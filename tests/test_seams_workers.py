@@ -18,8 +18,8 @@ import pytest
 
 from durable_kit.admin import read_only
 from durable_kit import Journal
-from durable_kit.agents.shared_work import activity_runs, finish, popen_worker, start_work
-from durable_kit.faultcheck import damage_table
+from durable_kit.workshop.agents.shared_work import activity_runs, finish, popen_worker, start_work
+from durable_kit.harness.faultcheck import damage_table
 
 from conftest import ROOT, dump, wait_until
 
@@ -37,7 +37,7 @@ from pathlib import Path
 
 import durable_kit
 import durable_kit.core.leases
-from durable_kit.agents.shared_work import ledger_beside
+from durable_kit.workshop.agents.shared_work import ledger_beside
 
 
 @durable_kit.workflow("gated")
@@ -164,7 +164,7 @@ def lines_until(stream, wanted: str, timeout: float = 60.0) -> list[str]:
 
 # `python -m durable_kit run` with its imports done, started by a line on stdin: the test times the command, not the
 # interpreter's start-up on a loaded machine.
-READY_RUN = ("import sys\nimport durable_kit.agents\nfrom durable_kit.__main__ import main\n"
+READY_RUN = ("import sys\nimport durable_kit.workshop.agents\nfrom durable_kit.__main__ import main\n"
              "print('ready', flush=True)\nsys.stdin.readline()\nsys.exit(main(sys.argv[1:]))")
 
 

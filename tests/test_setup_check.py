@@ -5,7 +5,7 @@ import sqlite3
 
 from conftest import run_python
 
-from durable_kit import setup_check
+from durable_kit.workshop import setup_check
 
 CHECK_NAMES = ["Python 3.10 or newer", "jupyterlab 4.0 or newer", "ipywidgets 8.0 or newer", "pandas 2.0 or newer",
                "matplotlib 3.7 or newer", "SQLite 3.35 or newer, with RETURNING and upserts",

@@ -202,7 +202,7 @@ def test_start_refuses_input_the_kind_cannot_run_and_starts_nothing(tmp_path, ar
 
 
 def test_the_api_refuses_an_empty_id_and_missing_input_too(tmp_path):
-    import durable_kit.agents  # noqa: F401  (registers refund)
+    import durable_kit.workshop.agents  # noqa: F401  (registers refund)
     from durable_kit import WorkflowError
 
     journal = Journal(tmp_path / "journal.db")

@@ -99,8 +99,8 @@ def test_the_public_api_is_the_engine():
 
 
 def test_importing_the_kit_loads_no_harness_world_or_workshop():
-    heavy = ["pandas", "matplotlib", "ipywidgets", "numpy", "durable_kit.crashlab", "durable_kit.fakes",
-             "durable_kit.lab", "durable_kit.agents", "durable_kit.ledger", "durable_kit.runner"]
+    heavy = ["pandas", "matplotlib", "ipywidgets", "numpy", "durable_kit.harness.crashlab", "durable_kit.world",
+             "durable_kit.workshop.lab", "durable_kit.workshop.agents", "durable_kit.world.ledger", "durable_kit.harness.runner"]
     done = run_python("-c", f"import sys, durable_kit; print([m for m in {heavy!r} if m in sys.modules])")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
@@ -144,9 +144,9 @@ def test_notebooks_and_the_shipped_agents_use_only_public_names():
         source = "\n".join("".join(cell["source"]) for cell in cells if cell["cell_type"] == "code")
         if engine_internals(source):
             found[path.name] = engine_internals(source)
-    for path in sorted((PACKAGE / "agents").glob("*.py")):
-        source = path.read_text().replace("from .. import", "from durable_kit import")
-        source = re.sub(r"from \.\.(\w)", r"from durable_kit.\1", source)
+    for path in sorted((PACKAGE / "workshop" / "agents").glob("*.py")):
+        source = path.read_text().replace("from ... import", "from durable_kit import")
+        source = re.sub(r"from \.\.\.(\w)", r"from durable_kit.\1", source)
         if engine_internals(source):
             found[str(path.relative_to(ROOT))] = engine_internals(source)
     assert found == {}
@@ -156,8 +156,33 @@ def test_the_readme_names_the_core_as_the_engine_to_read_and_maps_every_file():
     text = (ROOT / "README.md").read_text()
     assert "**The engine is `durable_kit/core/`**" in text
     section = text[text.index("### Where to read the kit"):text.index("## Your own agent")]
-    missing = [str(path.relative_to(PACKAGE)) for path in sorted(PACKAGE.glob("*.py")) + sorted(PACKAGE.glob("core/*.py"))
-               if path.name != "__init__.py" and f"`{path.relative_to(PACKAGE)}`" not in section]
-    folders = [path.name for path in sorted(PACKAGE.iterdir()) if path.is_dir() and path.name not in ("core", "__pycache__")
+    files = [path for folder in ("", "core", "world", "harness", "workshop") for path in sorted((PACKAGE / folder).glob("*.py"))
+             if path.name != "__init__.py"]
+    missing = [str(path.relative_to(PACKAGE)) for path in files
+               if f"`{path.relative_to(PACKAGE)}`" not in section and f"`{path.name}`" not in section]
+    folders = [f"{path.relative_to(PACKAGE)}/" for path in sorted(PACKAGE.iterdir()) + sorted((PACKAGE / "workshop").iterdir())
+               if path.is_dir() and path.name not in ("core", "__pycache__")
                and f"`{path.name}/`" not in section]
     assert (missing, folders) == ([], [])
+
+
+# The layers, lowest first: a module imports only from its own layer and those below it.
+LAYERS = [("durable_kit.errors", "durable_kit.redact"), ("durable_kit.core",),
+          ("durable_kit.effects", "durable_kit.change", "durable_kit.parallel", "durable_kit.admin"),
+          ("durable_kit.world",), ("durable_kit.harness",), ("durable_kit.workshop",),
+          ("durable_kit.__main__", "durable_kit.bench")]
+
+
+def layer_of(module: str) -> int | None:
+    return next((i for i, names in enumerate(LAYERS) for name in names
+                 if module == name or module.startswith(name + ".")), None)
+
+
+def test_every_module_imports_only_from_its_layer_and_below():
+    upward = [(module, imported) for module, imports in graph().items() for imported in imports
+              if layer_of(module) is not None and layer_of(imported) is not None
+              and layer_of(imported) > layer_of(module)]
+    assert upward == []
+    assert layer_of("durable_kit.world.ledger") == 3 and layer_of("durable_kit.workshop.lab.checks") == 5
+    unplaced = [module for module in graph() if layer_of(module) is None and module != "durable_kit"]
+    assert unplaced == []

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from durable_kit.lab import student
+from durable_kit.workshop.lab import student
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 COPIES = NOTEBOOKS / student.STUDENT_FOLDER
 SOURCES = student.source_notebooks(NOTEBOOKS)
-REGENERATE = "regenerate them with `python -m durable_kit.lab.student`"
+REGENERATE = "regenerate them with `python -m durable_kit.workshop.lab.student`"
 
 
 def test_the_committed_copies_are_current(tmp_path):

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 import pytest
 
 import durable_kit
-import durable_kit.agents  # noqa: F401  (registers research_report and reviewed_report)
+import durable_kit.workshop.agents  # noqa: F401  (registers research_report and reviewed_report)
 from durable_kit import Journal, Workflow, WorkflowError, run_workflow
 from durable_kit.core import waits as waits_module
 from durable_kit.admin import describe_outcome, open_wait, waits

@@ -4,13 +4,13 @@ from __future__ import annotations
 import pytest
 
 from durable_kit import Journal, run_workflow
-from durable_kit.agents import research  # noqa: F401  (registers reviewed_report)
+from durable_kit.workshop.agents import research  # noqa: F401  (registers reviewed_report)
 from durable_kit.core.waits import approve
-from durable_kit.fakes.notifier import Notifier
+from durable_kit.world.notifier import Notifier
 
 from conftest import dump
 
-widgets = pytest.importorskip("durable_kit.lab.widgets")
+widgets = pytest.importorskip("durable_kit.workshop.lab.widgets")
 
 TOPIC = "supplier concentration risk"
 

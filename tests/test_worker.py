@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 
 import durable_kit
-import durable_kit.agents  # noqa: F401  (registers research_report for in-process runs)
+import durable_kit.workshop.agents  # noqa: F401  (registers research_report for in-process runs)
 from durable_kit import Journal
 from durable_kit.core.retries import PolicyDenied, RateLimited, RetryPolicy, Transient
 from durable_kit.core.leases import new_owner, revoke_abandoned
 from durable_kit.core.worker import due_workflows, run_due, run_worker
-from durable_kit.faults import arm
-from durable_kit.ledger import Ledger
-from durable_kit.ledger import ledger_path
+from durable_kit.harness.faults import arm
+from durable_kit.world.ledger import Ledger
+from durable_kit.world.ledger import ledger_path
 
 from conftest import ROOT, grant, make_due, run_python, wait_until
 
@@ -406,8 +406,8 @@ def test_a_step_that_kills_its_process_every_time_escalates_after_max_attempts(t
 
 COUNT_FILES = """
 import os, sys
-import durable_kit.agents
-from durable_kit.agents.shared_work import start_work
+import durable_kit.workshop.agents
+from durable_kit.workshop.agents.shared_work import start_work
 from durable_kit.core.worker import run_worker
 start_work(sys.argv[1], 300, 1, 0)
 before = len(os.listdir('/proc/self/fd'))
@@ -426,7 +426,7 @@ def test_a_worker_running_hundreds_of_workflows_keeps_no_files_open_behind_them(
 
 
 def test_the_shared_work_ledger_is_opened_once_per_process_and_again_after_its_file_is_replaced(tmp_path):
-    from durable_kit.agents.shared_work import ledger_beside
+    from durable_kit.workshop.agents.shared_work import ledger_beside
 
     db = tmp_path / "journal.db"
     first = ledger_beside(db)

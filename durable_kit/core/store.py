@@ -380,7 +380,7 @@ def from_json(text: str | None) -> Any:
 
 
 # Named points where a crash can be chosen (``next_step``, ``after_commit:<step>``...): the core calls ``boundary``
-# there, the harness (``durable_kit.faults``) installs what happens; ``every`` true: call it at every point.
+# there, the harness (``durable_kit.harness.faults``) installs what happens; ``every`` true: call it at every point.
 BOUNDARY_HOOK: dict[str, Any] = {"trip": lambda conn, point, workflow_id: None, "every": lambda: False}
 
 

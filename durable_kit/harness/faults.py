@@ -1,0 +1,116 @@
+"""The harness: named crash points, armed in the database, fired in a real process.
+
+A fault is armed by one process (a notebook, a test, the command line) and
+fired by another when its code reaches the named boundary. Firing removes the
+fault in the same transaction that records it, so it fires at most once.
+
+The journal checks, for every step, ``after_activity:<step>``,
+``after_commit:<step>`` and ``next_step`` (just before the activity runs, for
+whichever step comes next). Every send to the outside world checks
+``before_send:<action>`` and ``after_send:<action>`` (``effects.send_guarded``);
+agents may name their own points.
+
+Tracing: when the environment variable ``DURABLE_KIT_TRACE`` names a file,
+every ``trip`` appends one JSON line ``{"point": ..., "workflow_id": ...}`` to
+it, armed or not, so a clean run lists the boundaries a crash can hit
+(``durable_kit.harness.crashlab`` reads it). Code that only checks points it knows
+are armed should ask ``tracing()`` first and trip every point while it is true.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import time
+from pathlib import Path
+
+from ..core.retries import Transient
+from ..core.store import BOUNDARY_HOOK, append_event, connect, immediate
+
+CRASH_EXIT_CODE = 13
+ACTIONS = ("exit", "kill", "fail", "delay", "stop")
+TRACE_VARIABLE = "DURABLE_KIT_TRACE"
+
+
+class InjectedFailure(Transient):
+    """Raised at a boundary armed with ``fail``: a transient error, not a crash, so a retry policy retries it."""
+
+
+def arm(db: sqlite3.Connection | str | Path, point: str, action: str = "exit", seconds: float = 0) -> None:
+    """Arm ``point`` in the journal ``db`` (a connection to it, or its path): the next process to reach it ends
+    (``exit``/``kill``), raises (``fail``), sleeps (``delay``) or stops itself (``stop``: SIGSTOP, until another
+    process sends SIGCONT)."""
+    if action not in ACTIONS:
+        raise ValueError(f"fault action must be one of {ACTIONS}, not {action!r}")
+    conn = db if isinstance(db, sqlite3.Connection) else connect(db)
+    try:
+        with immediate(conn):
+            conn.execute("INSERT OR REPLACE INTO faults (point, action, seconds) VALUES (?, ?, ?)",
+                         (point, action, seconds))
+    except sqlite3.IntegrityError:  # a journal made before 'stop' existed keeps its older CHECK
+        raise ValueError(f"this journal was made before the fault action {action!r} existed, so it cannot arm "
+                         f"{point!r} with it; nothing was armed: start a new journal") from None
+    finally:
+        if conn is not db:
+            conn.close()
+
+
+def disarm_all(conn: sqlite3.Connection) -> list[str]:
+    """Remove every armed fault; return the points that never fired."""
+    with immediate(conn):
+        left = [row["point"] for row in conn.execute("SELECT point FROM faults ORDER BY point")]
+        conn.execute("DELETE FROM faults")
+    return left
+
+
+def tracing() -> bool:
+    """True when ``$DURABLE_KIT_TRACE`` names a file: every ``trip`` then appends its point to it."""
+    return bool(os.environ.get(TRACE_VARIABLE))
+
+
+def _trace(point: str, workflow_id: str) -> None:
+    # One short line per write in append mode: lines from one process stay whole, in the order reached.
+    line = json.dumps({"point": point, "workflow_id": workflow_id}) + "\n"
+    with open(os.environ[TRACE_VARIABLE], "a", encoding="utf-8") as trace:
+        trace.write(line)
+
+
+def trip(conn: sqlite3.Connection, point: str, workflow_id: str) -> None:
+    """If ``point`` is armed, record it in the history and act; otherwise return at once.
+
+    While ``tracing()``, the point is first appended to the trace file (before
+    the armed check, so a crash at it is traced too).
+
+    ``exit`` ends the process with ``os._exit(CRASH_EXIT_CODE)``: no cleanup,
+    no flush, no ``finally``. ``kill`` sends SIGKILL to this process (POSIX).
+    ``delay`` sleeps, then returns; ``stop`` sends SIGSTOP to this process and
+    returns once it is continued (SIGCONT), as a paused owner would; ``fail``
+    raises ``InjectedFailure``.
+    """
+    if tracing():
+        _trace(point, workflow_id)
+    if conn.execute("SELECT 1 FROM faults WHERE point = ?", (point,)).fetchone() is None:
+        return
+    with immediate(conn):
+        row = conn.execute("SELECT action, seconds FROM faults WHERE point = ?", (point,)).fetchone()
+        if row is None:  # another process fired it between our two reads
+            return
+        action = row["action"]
+        conn.execute("DELETE FROM faults WHERE point = ?", (point,))
+        append_event(conn, workflow_id, None, "fault_fired", f"{point} ({action})")
+    if action == "exit":
+        os._exit(CRASH_EXIT_CODE)
+    if action == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if action == "delay":
+        time.sleep(row["seconds"])
+        return
+    if action == "stop":
+        os.kill(os.getpid(), signal.SIGSTOP)
+        return
+    raise InjectedFailure(f"injected failure at {point!r} in workflow {workflow_id!r}")
+
+
+# Every process that imports the kit fires armed faults at the core's boundaries (``store.boundary``).
+BOUNDARY_HOOK.update(trip=trip, every=tracing)

@@ -1,0 +1,689 @@
+"""Checks for the notebooks' exercises: each runs the learner's own code and prints pass or what is wrong.
+
+A check never raises: it prints one line that starts with ``pass:``, or with
+``not yet:`` / ``not quite:`` followed by what went wrong and a hint, so the
+notebook runs on whether or not the exercise is done. It returns ``None``, so
+the cell shows only the printed line.
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+from ...core.journal import Journal
+from ...core.state import record_step
+from ...core.store import immediate
+
+PASS, NOT_YET, NOT_QUITE = "pass:", "not yet:", "not quite:"
+
+
+def _report(problem: str | None, success: str) -> None:
+    print(f"{PASS} {success}" if problem is None else problem)
+
+
+def _not_done(value: Any) -> bool:
+    """True for the exercise stubs: ``...`` or a function that raises NotImplementedError."""
+    return value is ...
+
+
+# --- notebook 00: predict the bill -------------------------------------------------------------
+
+PREDICT_NEEDED = 7  # the model calls notebook 00's task needs once
+
+def check_predicted_calls(prediction: Any, ledger_count: int) -> None:
+    """Compare a predicted number of model calls with the count the ledger recorded."""
+    if _not_done(prediction):
+        return _report(f"{NOT_YET} replace ... with your prediction, an int, and run this cell again", "")
+    if isinstance(prediction, bool) or not isinstance(prediction, int):
+        return _report(f"{NOT_QUITE} the prediction should be an int, got {type(prediction).__name__} "
+                       f"{prediction!r}", "")
+    if prediction != ledger_count:
+        why = ("a restart does not resume where the crash happened: nothing was kept, so every attempt "
+               "starts again at plan" if prediction <= PREDICT_NEEDED else
+               "write down, attempt by attempt, the calls made before that attempt's crash point fires "
+               "(a crash point after a call fires once that call returned); every attempt starts again at plan")
+        return _report(f"{NOT_QUITE} you predicted {prediction} model calls, the ledger counted {ledger_count}. "
+                       f"Hint: {why}.", "")
+    return _report(None, f"{prediction} model calls, as the ledger counted")
+
+
+# --- notebook 01: kill it harder ---------------------------------------------------------------
+
+KILL_EXPECTED_STATE = {"source_calls": 2, "model_calls": 1, "evidence": 1, "findings": 1, "status": "complete"}
+
+
+def run_kill_after_fetch(db: Path) -> tuple[int, dict]:
+    """The kit's own run of notebook 01's exercise: SIGKILL at after_fetch, then a second attempt."""
+    from ..agents.checkpoints import attempt_in_child, open_checkpoints, saved_state
+    from ...harness.faults import arm, disarm_all
+
+    conn = open_checkpoints(db)
+    try:
+        arm(conn, "after_fetch", "kill")
+        exit_code = attempt_in_child(db)
+        disarm_all(conn)
+        attempt_in_child(db)
+    finally:
+        conn.close()
+    return exit_code, saved_state(db)
+
+
+def check_kill_after_fetch(kill_after_fetch: Callable[[Path], Any], predictions: dict | None = None) -> None:
+    """Run the learner's ``kill_after_fetch(db)`` on a fresh database and compare what it did with the truth.
+
+    The function must arm ``after_fetch`` with ``kill``, run a first attempt,
+    disarm, run a second attempt, and return ``(first exit code, saved_state(db))``.
+    The check reads the database and the ledger itself, so it does not trust
+    the returned values alone. ``predictions`` (``{"exit_code": ..., "source_calls": ...}``)
+    are compared with what happened.
+    """
+    from ..agents.checkpoints import saved_state
+
+    with tempfile.TemporaryDirectory(prefix="exercise-01-") as folder:
+        db = Path(folder) / "exercise_kill.db"
+        try:
+            returned = kill_after_fetch(db)
+        except NotImplementedError:
+            return _report(f"{NOT_YET} write my_kill_after_fetch(db), then run this cell again", "")
+        except Exception as error:  # the learner's code: say what broke and carry on
+            return _report(f"{NOT_QUITE} kill_after_fetch raised {type(error).__name__}: {error}", "")
+        state = saved_state(db)
+        fired = _fault_events(db)
+    if fired != ["after_fetch (kill)"]:
+        return _report(f"{NOT_QUITE} the database should show one crash point fired, 'after_fetch (kill)'; "
+                       f"it shows {fired}. Hint: arm(conn, 'after_fetch', 'kill') before the first attempt.", "")
+    if state != KILL_EXPECTED_STATE:
+        return _report(f"{NOT_QUITE} after the second attempt the run should be {KILL_EXPECTED_STATE}, "
+                       f"it is {state}. Hint: disarm_all(conn), then run a second attempt.", "")
+    if not (isinstance(returned, tuple) and len(returned) == 2):
+        return _report(f"{NOT_QUITE} return (first exit code, saved_state(db)), got {returned!r}", "")
+    exit_code, returned_state = returned
+    if exit_code != -9:
+        return _report(f"{NOT_QUITE} the first exit code you returned is {exit_code!r}; a process killed by "
+                       "SIGKILL reports -9 to subprocess. Hint: return what attempt_in_child gave you.", "")
+    if returned_state != state:
+        return _report(f"{NOT_QUITE} you returned {returned_state}, the database holds {state}: "
+                       "return saved_state(db) read after the second attempt.", "")
+    if predictions is not None:
+        wrong = [f"{key}: you predicted {predictions.get(key)!r}, it was {truth}"
+                 for key, truth in (("exit_code", -9), ("source_calls", 2)) if predictions.get(key) != truth]
+        if wrong:
+            return _report(f"{NOT_QUITE} your code is right, your predictions are not: {'; '.join(wrong)}. "
+                           "Hint: subprocess reports death by signal N as -N; where the process died decides "
+                           "what repeats, not how.", "")
+    return _report(None, "SIGKILL at after_fetch: exit code -9, two source calls, one passage, one finding")
+
+
+def _fault_events(db: Path) -> list[str]:
+    conn = sqlite3.connect(db)
+    try:
+        return [row[0] for row in conn.execute("SELECT detail FROM history WHERE event = 'fault_fired' ORDER BY seq")]
+    finally:
+        conn.close()
+
+
+# --- notebook 02: write execute_step -----------------------------------------------------------
+
+def check_execute_step(execute_step: Callable) -> None:
+    """Check an ``execute_step(journal, workflow_id, name, activity)`` written in notebook 02.
+
+    It must run the activity once, store its output, return the stored output
+    on a replay without running the activity, and never replace an output
+    that another process committed while its own activity ran.
+    """
+    with tempfile.TemporaryDirectory(prefix="exercise-02-") as folder:
+        try:
+            problem = _execute_step_problem(execute_step, Path(folder) / "check.db")
+        except NotImplementedError:
+            problem = f"{NOT_YET} write my_execute_step, then run this cell again"
+    _report(problem, "execute_step runs the activity once, stores its output, a replay reuses it, "
+                     "and it never replaces a stored output")
+
+
+def _execute_step_problem(execute_step: Callable, db: Path) -> str | None:
+    journal = Journal(db)
+    try:
+        journal.start("exercise", {"topic": "t"}, "exercise-1", registered_elsewhere=True)  # never run as a whole
+        runs = []
+
+        def activity() -> dict:
+            runs.append(1)
+            return {"subtopics": ["a", "b"], "run": len(runs)}
+
+        try:
+            first = execute_step(journal, "exercise-1", "plan", activity)
+        except NotImplementedError:
+            raise
+        except Exception as error:
+            return f"{NOT_QUITE} the first call raised {type(error).__name__}: {error}"
+        if len(runs) != 1:
+            return f"{NOT_QUITE} the first call should run the activity once; it ran {len(runs)} times"
+        if first != {"subtopics": ["a", "b"], "run": 1}:
+            return f"{NOT_QUITE} the first call should return the activity's output, got {first!r}"
+        stored = [s for s in journal.steps("exercise-1") if s["name"] == "plan"]
+        if not stored or stored[0]["status"] != "complete":
+            return f"{NOT_QUITE} the step's row should be stored with status 'complete'; the steps table has {stored}"
+        if stored[0]["output"] != first:
+            return f"{NOT_QUITE} the stored output {stored[0]['output']!r} should equal the returned {first!r}"
+        again = execute_step(journal, "exercise-1", "plan", activity)
+        if len(runs) != 1:
+            return (f"{NOT_QUITE} a replay ran the activity again: look up the complete step first and "
+                    "return its stored output")
+        if again != first:
+            return f"{NOT_QUITE} a replay should return {first!r}, got {again!r}"
+        return _race_problem(execute_step, journal)
+    finally:
+        journal.close()
+
+
+def _race_problem(execute_step: Callable, journal: Journal) -> str | None:
+    """Another process commits the step while this one's activity runs: its output must stay."""
+    theirs = {"written_by": "another process"}
+
+    def slow_activity() -> dict:
+        other = sqlite3.connect(journal.path, isolation_level=None)
+        with immediate(other):
+            record_step(other, "exercise-1", "analyze", None, json.dumps(theirs), None)
+        other.close()
+        return {"written_by": "this process"}
+
+    hint = ("Hint: inside the transaction, look for a complete row again; if another process committed "
+            "the step meanwhile, keep its output and return it. Never replace a stored output.")
+    try:
+        got = execute_step(journal, "exercise-1", "analyze", slow_activity)
+    except Exception as error:
+        return (f"{NOT_QUITE} when another process had already stored the step, your execute_step raised "
+                f"{type(error).__name__}: {error}. {hint}")
+    stored = [s["output"] for s in journal.steps("exercise-1") if s["name"] == "analyze"]
+    if stored != [theirs]:
+        return f"{NOT_QUITE} the stored output was replaced: it is now {stored}. {hint}"
+    if got != theirs:
+        return (f"{NOT_QUITE} you returned {got!r} while the journal holds {theirs!r}: every caller must see "
+                f"the one recorded outcome. {hint}")
+    return None
+
+
+# --- notebook 03: classify a provider's responses ----------------------------------------------
+
+CLASSIFY_RESPONSES = [
+    {"status": 503, "message": "service unavailable", "sends": False},
+    {"status": 429, "message": "too many requests", "retry_after": 2, "sends": False},
+    {"status": 400, "message": "reference 12 was not returned by retrieval", "sends": False},
+    {"status": 200, "body": "Sure! Northwind relies on one supplier for its capacitors.", "sends": False},
+    {"status": None, "message": "connection reset after the request was sent", "sends": False},
+    {"status": None, "message": "connection reset after the request was sent", "sends": True},
+    {"status": 403, "message": "content policy: the request asks for a customer's home address", "sends": False},
+    {"status": 504, "message": "gateway timeout: the upstream may have processed the request", "sends": True},
+]
+CLASSIFY_PATHS = ["retry after 1 s", "retry after 2 s", "repair once, then escalate", "repair once, then fallback",
+                  "retry after 1 s", "escalate to reconcile", "stop", "escalate to reconcile"]
+
+
+def path_of(error: BaseException) -> str:
+    """The path execute_step takes after a first failure with ``error``, given a repair and a fallback."""
+    from ...core.retries import FormatFailure, InvalidRequest, RetryPolicy, decide
+
+    if isinstance(error, FormatFailure):
+        return "repair once, then fallback"
+    if isinstance(error, InvalidRequest):
+        return "repair once, then escalate"
+    decision = decide(error, 1, RetryPolicy(base_delay=1.0), budget_left=10)
+    return {"retry": f"retry after {decision.delay:g} s", "reconcile": "escalate to reconcile"}.get(
+        decision.path, decision.path)
+
+
+def check_classify(classify: Callable[[dict], BaseException]) -> None:
+    """Run the learner's ``classify`` on every response and compare the path its exception takes."""
+    wrong = []
+    for response, needed in zip(CLASSIFY_RESPONSES, CLASSIFY_PATHS):
+        try:
+            error = classify(response)
+        except NotImplementedError:
+            return _report(f"{NOT_YET} write my_classify, then run this cell again", "")
+        except Exception as raised:
+            return _report(f"{NOT_QUITE} classify({response}) raised {type(raised).__name__}: {raised}. "
+                           "Return the exception, do not raise it.", "")
+        if not isinstance(error, BaseException):
+            return _report(f"{NOT_QUITE} classify({response}) returned {error!r}; return an exception "
+                           "instance such as Transient(response['message'])", "")
+        got = path_of(error)
+        if got != needed:
+            wrong.append(f"status {response['status']} (sends: {response['sends']}) got "
+                         f"{type(error).__name__}, which takes the path {got!r}; it needs {needed!r}")
+    if wrong:
+        return _report(f"{NOT_QUITE} {len(wrong)} of {len(CLASSIFY_RESPONSES)} responses take the wrong path: "
+                       + "; ".join(wrong) + ". Hint: first ask whether a usable answer arrived, then whether "
+                       "the request changes something outside (sends): a request that sends and got no clear "
+                       "answer may already have done its work.", "")
+    return _report(None, f"all {len(CLASSIFY_RESPONSES)} responses take the path they need")
+
+
+# --- notebook 09: find the double charge, then fix it ------------------------------------------
+
+CHECKOUT_SERVICES = '''from durable_kit.world.service import KeyedService, UnkeyedService
+
+
+class Cards(UnkeyedService):
+    """A card processor without idempotency keys; it can list the charges it made."""
+    name = "cards"
+
+    def charge(self, booking, amount):
+        return self.request("charge", {"booking": booking, "amount": amount})
+
+
+class Mail(KeyedService):
+    """A mail service that sends one message per key."""
+    name = "mail"
+'''
+
+CHECKOUT_AGENT = '''from durable_kit import effect_key, send_guarded, workflow
+from charges import charge
+from shop_services import Cards, Mail
+
+
+@workflow("checkout")
+def checkout(wf):
+    cards, mail = Cards.beside(wf.db_path), Mail.beside(wf.db_path)
+    total = wf.execute_step("total", lambda: round(sum(item["price"] for item in wf.input["items"]), 2))
+    receipt = wf.execute_step("charge", lambda: charge(wf, cards, wf.id, total))
+    wf.execute_step("mail_receipt", lambda: send_guarded(
+        wf, "mail_receipt", lambda: mail.request("send", {"to": wf.input["email"]}, effect_key(wf.id, "mail_receipt"))))
+    return {"charged": receipt["effect_id"], "total": total}
+'''
+
+CHECKOUT_ORDERS = [
+    {"items": [{"sku": "kettle", "price": 39.5}, {"sku": "filters", "price": 6.25}], "email": "li@example.com"},
+    {"items": [{"sku": "kettle", "price": 39.5}], "email": "ana@example.com"},
+]
+CHARGE_POINTS = ["before_send:charge", "after_send:charge", "after_activity:charge", "after_commit:charge"]
+CHARGES_HEADER = "from durable_kit import effect_key, reconcile_then_send, send_at_most_once, send_guarded\n\n\n"
+
+
+def checkout_rows(charge: Callable, folder: str | Path, points: list[str] | None = None) -> list[dict]:
+    """Write ``charge`` as ``charges.py`` beside the checkout, then explore two checkouts in one journal.
+
+    ``points`` None explores every boundary; ``[]`` only the clean run. Every
+    row's ``counts["cards effects"]`` is the charges the processor made for
+    both bookings together.
+    """
+    import inspect
+
+    from ...harness.crashlab import explore
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    source = inspect.getsource(charge).replace(f"def {charge.__name__}(", "def charge(", 1)
+    (folder / "shop_services.py").write_text(CHECKOUT_SERVICES)
+    (folder / "shop.py").write_text(CHECKOUT_AGENT)
+    (folder / "charges.py").write_text(CHARGES_HEADER + source)
+    return explore("checkout", CHECKOUT_ORDERS, module=folder / "shop.py", actions=("exit",), points=points,
+                   folder=folder / "runs", parallel=2)
+
+
+def _charges(row: dict) -> int:
+    return row["counts"].get("cards effects", 0)
+
+
+def check_boundary(boundary: Any, rows: list[dict]) -> None:
+    """Pass if a worker killed at ``boundary`` of the naive checkout (``rows``) left a booking charged twice."""
+    points = [row["point"] for row in rows[1:]]
+    if _not_done(boundary) or boundary not in points:
+        return _report(f"{NOT_YET} {boundary!r} is not a boundary of the checkout; set my_boundary to one "
+                       "of the points printed above, a str such as \"next_step\"", "")
+    row = next(r for r in rows[1:] if r["point"] == boundary)
+    needed = _charges(rows[0])
+    if _charges(row) <= needed:
+        return _report(f"{NOT_QUITE} a worker killed at {boundary} left {_charges(row)} charges for "
+                       f"{len(CHECKOUT_ORDERS)} bookings, as many as the clean run. Hint: the window is after the "
+                       "processor acted and before the step's output was committed", "")
+    return _report(None, f"a worker killed at {boundary} left {_charges(row)} charges for {len(CHECKOUT_ORDERS)} "
+                         "bookings: one booking was charged twice")
+
+
+def check_charge(charge: Callable, folder: str | Path | None = None) -> None:
+    """Run two checkouts with ``charge`` in real workers, clean and killed around the charge; pass if each
+    booking was charged exactly once every time."""
+    if _not_done(charge) or not callable(charge):
+        return _report(f"{NOT_YET} define my_charge(wf, cards, booking, amount) with def, then run this cell again",
+                       "")
+    if charge.__name__ == "<lambda>":
+        return _report(f"{NOT_QUITE} write my_charge with def in a cell: it is saved to charges.py, and a lambda "
+                       "cannot be", "")
+    with tempfile.TemporaryDirectory(prefix="check-charge-") as spare:
+        where = Path(folder) if folder is not None else Path(spare)
+        try:
+            clean = checkout_rows(charge, where / "clean", points=[])[0]
+        except Exception as error:  # the checkout did not even start: say why, and keep the notebook going
+            return _report(f"{NOT_QUITE} the checkout could not run: {error}", "")
+        needed = len(CHECKOUT_ORDERS)
+        if clean["status"] != "complete":
+            errors = "; ".join(f"{i}: {e}" for i, e in (clean["error"] or {}).items())
+            if "NotImplementedError" in errors:
+                return _report(f"{NOT_YET} write my_charge, then run this cell again", "")
+            return _report(f"{NOT_QUITE} without any crash the checkouts ended {clean['status']}: {errors}. "
+                           "Hint: return the processor's receipt, a dict with 'effect_id'", "")
+        if _charges(clean) != needed:
+            return _report(f"{NOT_QUITE} without any crash the processor made {_charges(clean)} charges for "
+                           f"{needed} bookings. Hint: ask only about this booking's charges: "
+                           "cards.effects(\"charge\", booking=booking); another booking's charge is not this one's",
+                           "")
+        rows = checkout_rows(charge, where / "crashes", points=CHARGE_POINTS)[1:]
+    wrong = [(r["point"], _charges(r), r["status"]) for r in rows if _charges(r) != needed or r["status"] != "complete"]
+    if wrong:
+        return _report(f"{NOT_QUITE} after a crash, (point, charges for {needed} bookings, status) = {wrong}. Hint: "
+                       "ask the processor for this booking's charges before sending (reconcile_then_send), and "
+                       "return the receipt either way", "")
+    return _report(None, f"{charge.__name__} charged each of {needed} bookings once, without a crash and after a "
+                         f"crash at each of {len(CHARGE_POINTS)} boundaries")
+
+# --- notebook 04: an approval rule in code -----------------------------------------------------
+
+APPROVAL_CASES = ((0.95, True), (0.9, True), (0.89, None), (0.5, None))  # confidence, automatic approval?
+# What a rule between steps must not read: it runs again on every replay, at another time.
+UNSTABLE_READS = {("time", name) for name in ("time", "time_ns", "localtime", "gmtime", "ctime", "strftime",
+                                              "monotonic", "perf_counter", "process_time")}
+UNSTABLE_READS |= {("datetime", name) for name in ("now", "utcnow", "today", "fromtimestamp")}
+UNSTABLE_READS |= {("io", "open"), ("builtins", "open"), ("posix", "getenv"), ("os", "getenv"),
+                   ("_random", "random"), ("random", "random"), ("posix", "urandom")}
+
+
+def _unstable_read(function: Any) -> str | None:
+    """``module.name`` of a clock, file, environment or randomness function, or None."""
+    owner = getattr(function, "__self__", None)
+    module = getattr(function, "__module__", None) or getattr(owner, "__module__", None)
+    if isinstance(owner, type) and module == "datetime":
+        found = (module, function.__name__) in UNSTABLE_READS
+        return f"datetime.{owner.__name__}.{function.__name__}" if found else None
+    key = (module, getattr(function, "__name__", None))
+    return f"{module}.{key[1]}" if key in UNSTABLE_READS else None
+
+
+def _reads_while(rule: Callable[[dict], Any], request: dict) -> tuple[Any, list[str]]:
+    """Call ``rule(request)``; return its answer and the clock, file or randomness functions it called."""
+    import sys
+
+    seen: list[str] = []
+
+    def profile(frame, event, arg):
+        if event == "c_call":
+            name = _unstable_read(arg)
+            if name and name not in seen:
+                seen.append(name)
+        elif (event == "call" and frame.f_code.co_name in ("getenv", "__getitem__")
+              and frame.f_globals.get("__name__") == "os" and "os.environ" not in seen):
+            seen.append("os.environ")
+
+    previous = sys.getprofile()
+    sys.setprofile(profile)
+    try:
+        answer = rule(request)
+    finally:
+        sys.setprofile(previous)
+    return answer, seen
+
+
+def check_approval_rule(rule: Callable[[dict], Any]) -> None:
+    """Run ``rule(request)`` on four requests, twice each as two replays would; print pass or what is wrong.
+
+    A right rule approves at confidence 0.9 and above with a decision
+    ``{"approved": True, "by": ..., "comment": ...}``, returns None below it
+    (a person decides), answers the same every time, and reads only the
+    request and constants: a rule that calls the clock, opens a file, reads
+    the environment or draws a random number is refused even when its two
+    answers happen to agree, because a replay at another time may not.
+    """
+    if _not_done(rule):
+        return _report(f"{NOT_YET} define my_approval_rule(request), then run this cell again", "")
+    hint_inputs = "Hint: the request is a dict with 'recommendation', 'confidence' and 'evidence'."
+    for confidence, approved in APPROVAL_CASES:
+        request = {"recommendation": "Proceed.", "confidence": confidence, "evidence": []}
+        try:
+            first, reads = _reads_while(rule, dict(request))
+            second, more = _reads_while(rule, dict(request))
+        except NotImplementedError:
+            return _report(f"{NOT_YET} my_approval_rule still raises NotImplementedError: write its body, "
+                           "then run its cell again", "")
+        except Exception as error:  # the learner's code: say what broke and carry on
+            return _report(f"{NOT_QUITE} your rule raised {type(error).__name__}: {error}. {hint_inputs}", "")
+        reads = reads + [name for name in more if name not in reads]
+        if reads:
+            return _report(f"{NOT_QUITE} your rule called {', '.join(reads)}. It runs again on every replay, "
+                           "at another time, so a replay may take the other branch. Hint: read only the request "
+                           "and constants; a rule that needs the clock or a file reads it in a step, so its "
+                           "answer is stored once.", "")
+        if first != second:
+            return _report(f"{NOT_QUITE} two replays got different answers at confidence {confidence}: "
+                           f"{first!r} / {second!r}. Hint: keep no state between calls; read only the request "
+                           "and constants.", "")
+        if approved is None and first is not None:
+            return _report(f"{NOT_QUITE} confidence {confidence} should go to a person: return None, not "
+                           f"{first!r} (a rejection is a person's decision too).", "")
+        if approved and not (isinstance(first, dict) and first.get("approved") is True):
+            return _report(f"{NOT_QUITE} confidence {confidence} should be approved automatically (the "
+                           f"threshold is included: at least 0.9), got {first!r}", "")
+        if approved and set(first) != {"approved", "by", "comment"}:
+            return _report(f"{NOT_QUITE} decide with exactly the fields a person's decision has (approved, by, "
+                           f"comment), got {sorted(first)}", "")
+        if approved and not (isinstance(first["by"], str) and first["by"]):
+            return _report(f"{NOT_QUITE} say who decided in 'by' (for example 'rule: confidence >= 0.9'), got "
+                           f"{first['by']!r}", "")
+    return _report(None, "approves at 0.9 and above, leaves the rest to a person, and reads only the request "
+                         "and constants")
+# --- notebook 08: rebuild the next input from saved state ----------------------------------------
+
+RESUME_KEYS = ("request", "source_scope", "findings", "unresolved_gaps", "planned_searches", "user_input")
+# Dana's answer, a phrase that appears in no passage, finding, gap or plan of the check's store, so a context
+# that drops `user_input` cannot pass by quoting a passage that happens to hold the same words.
+RESUME_ANSWER = "Dana: compare the FY2025 filings only"
+
+
+def resume_example():
+    """(run, store, gaps, planned_searches): the saved state check_resume_context rebuilds from (notebook 08)."""
+    from ..agents.loop import fixture_passage
+    from ..memory import EvidenceStore
+
+    store = EvidenceStore()
+    for passage_id in ("northwind-fy2025-rf-07", "tallis-fy2025-rf-04"):
+        store.add_passage(fixture_passage(passage_id))
+    store.add_finding({"id": "f-share", "claim": "One supplier: 38% of spend.", "cites": ["northwind-fy2025-rf-07"],
+                       "gap": "northwind", "turn": 3})
+    store.add_finding({"id": "f-risk", "claim": "Its interruption could halt assembly.",
+                       "cites": ["northwind-fy2025-rf-07"], "gap": "northwind", "turn": 4})
+    run = {"request": "Compare supplier concentration.", "source_scope": {"companies": ["northwind", "tallis"]},
+           "user_input": [RESUME_ANSWER]}
+    return run, store, {"tallis": "how Tallis describes it"}, [{"query": "carton board", "period": "FY2025"}]
+
+
+def check_resume_context(resume: Callable) -> None:
+    """Run ``resume(run, store, gaps, planned_searches)`` on saved state; print pass or what is wrong.
+
+    It must return a dict with exactly the keys of ``RESUME_KEYS``, each
+    value copied from saved state (the findings as ``finding.to_dict()`` plus
+    ``"evidence"``, the cited passages' ``to_dict()``), and raise an error
+    naming the finding and the passage when a citation is not in the store.
+    """
+    _report(_resume_problem(resume), "the next input holds the saved state and nothing else, and a dangling "
+                                     "citation is refused by name")
+
+
+def _resume_problem(resume: Callable) -> str | None:
+    from ..memory import EvidenceStore, Finding
+
+    run, store, gaps, planned = resume_example()
+    try:
+        context = resume(json.loads(json.dumps(run)), store, dict(gaps), list(planned))
+    except NotImplementedError:
+        return f"{NOT_YET} my_resume_context still raises NotImplementedError; write it, then run this cell again"
+    except Exception as error:
+        return f"{NOT_QUITE} it raised {type(error).__name__}: {error} on a store whose citations all resolve"
+    if not isinstance(context, dict):
+        return f"{NOT_QUITE} return a dict, not {type(context).__name__}"
+    extra = sorted(set(context) - set(RESUME_KEYS))
+    if extra:
+        return (f"{NOT_QUITE} the context holds {extra}, which is not saved state. Hint: a resumed model sees "
+                "only what the journal kept; an unfinished provider response was never kept")
+    missing = [key for key in RESUME_KEYS if key not in context]
+    if missing:
+        return (f"{NOT_QUITE} the context lacks {missing}. Hint: each of the six keys carries one part of what "
+                "is known; a resumed model knows nothing you leave out (the user's answer included)")
+    expected = {"request": run["request"], "source_scope": run["source_scope"], "unresolved_gaps": gaps,
+                "planned_searches": planned, "user_input": run["user_input"]}
+    for key, value in expected.items():
+        if json.loads(json.dumps(context[key], default=str)) != value:
+            return (f"{NOT_QUITE} context[{key!r}] is {context[key]!r}; saved state holds {value!r}. Hint: copy "
+                    "it from the saved state as it is; add nothing, drop nothing")
+    findings = context["findings"]
+    ids = [f.get("id") for f in findings] if isinstance(findings, list) and all(
+        isinstance(f, dict) for f in findings) else None
+    if ids is None:
+        return f"{NOT_QUITE} context['findings'] should be a list of dicts, one per finding; got {findings!r}"
+    if sorted(ids) != sorted(store.findings):
+        return (f"{NOT_QUITE} the findings are {ids}, the store holds {sorted(store.findings)}. Hint: a finding "
+                "has its own id; two findings that cite one passage are two findings")
+    for finding in findings:
+        cited = [store.passages[p].to_dict() for p in store.findings[finding["id"]].cites]
+        if finding.get("evidence") != cited or finding.get("claim") != store.findings[finding["id"]].claim:
+            return (f"{NOT_QUITE} finding {finding['id']!r} should be finding.to_dict() plus 'evidence': the "
+                    f"passages it cites, each passage.to_dict(); it is {finding!r}. Hint: a claim without its "
+                    "passage is a conclusion the model cannot inspect")
+    dangling = EvidenceStore(passages=dict(store.passages), findings=dict(store.findings))
+    dangling.findings["f-mill"] = Finding("f-mill", "One mill supplies all board.", ("tallis-fy2024-rf-99",))
+    try:
+        resume(json.loads(json.dumps(run)), dangling, dict(gaps), list(planned))
+    except Exception as error:
+        if "f-mill" in str(error) and "tallis-fy2024-rf-99" in str(error):
+            return None
+        return (f"{NOT_QUITE} the error for a dangling citation should name the finding 'f-mill' and the passage "
+                f"'tallis-fy2024-rf-99'; it said: {error}")
+    return (f"{NOT_QUITE} finding 'f-mill' cites 'tallis-fy2024-rf-99', which is not in the store, and no error "
+            "was raised. Hint: look up every citation before you build anything; one that does not resolve stops "
+            "the resume")
+
+
+# --- notebook 05: a notification sent once -------------------------------------------------------
+
+NOTIFY_MESSAGE = {"to": "r.okafor@example.com", "message": "Your refund R-0001 is on its way."}
+_notify_runs = 0
+
+
+def run_notify_exercise(notify: Callable) -> dict:
+    """Run ``notify(wf, message)`` in a one-step workflow ``notify-1``, stop its first attempt right after the
+    send (the fault ``after_activity:notify`` with ``fail``), replay, and count at the notifier."""
+    from ...world.notifier import Notifier
+    from ...harness.faults import InjectedFailure, arm
+    from ...core.journal import run_workflow, workflow
+
+    global _notify_runs
+    _notify_runs += 1
+    kind = f"notify_exercise:{_notify_runs}"
+
+    @workflow(kind)
+    def notify_exercise(wf):
+        return notify(wf, dict(NOTIFY_MESSAGE))
+
+    path = Path(tempfile.mkdtemp(prefix="notify-")) / "notify.db"
+    journal = Journal(path)
+    journal.start(kind, {}, "notify-1")
+    arm(journal.conn, "after_activity:notify", "fail")  # the send happens; its output is never stored
+    try:
+        run_workflow(journal, "notify-1")
+    except InjectedFailure:
+        pass
+    run_workflow(journal, "notify-1")
+    notifier = Notifier.beside(path)
+    steps = journal.steps("notify-1")
+    counts = {"attempts": next((s["attempts"] for s in steps if s["name"] == "notify"), 0),
+              "requests": notifier.request_count(), "delivery keys": [d["key"] for d in notifier.deliveries()]}
+    journal.close()
+    return counts
+
+
+def check_notify(notify: Callable) -> None:
+    """Run ``notify`` as ``run_notify_exercise`` does; print pass, or what is wrong and a hint."""
+    try:
+        counts = run_notify_exercise(notify)
+    except NotImplementedError:
+        return _report(f"{NOT_YET} my_notify still raises NotImplementedError: write its body, then run its cell "
+                       "again", "")
+    except Exception as error:
+        return _report(f"{NOT_QUITE} your function raised {type(error).__name__}: {error}", "")
+    keys = counts["delivery keys"]
+    if counts["attempts"] != 2:
+        return _report(f"{NOT_QUITE} the notify step ran {counts['attempts']} time(s), not 2. Hint: send inside "
+                       "one wf.execute_step named 'notify', so the replay repeats exactly that step", "")
+    if len(keys) > 1 and None not in keys and len(set(keys)) == len(keys):
+        return _report(f"{NOT_QUITE} each attempt sent a new key ({keys}), so the notifier saw {len(keys)} "
+                       "different messages. Hint: a key names what the workflow does, never the attempt", "")
+    if len(keys) != 1:
+        return _report(f"{NOT_QUITE} {counts['requests']} requests reached the notifier and the customer got "
+                       f"{len(keys)} messages. Hint: it takes both halves: a key, and a notifier that deduplicates "
+                       "by it", "")
+    if keys[0] != "notify-1:notify":
+        return _report(f"{NOT_QUITE} the key was {keys[0]!r}. Hint: make it from the workflow and the action, "
+                       "so two workflows never share one", "")
+    return _report(None, f"{counts['requests']} requests, 1 delivery, key 'notify-1:notify'")
+
+
+# --- notebook 06: fence a write -----------------------------------------------------------------------
+
+def run_fenced_write(save: Callable) -> dict:
+    """worker-a's lease on ``w001`` is superseded by worker-b's; both call ``save``. What each write did."""
+    from ...core.leases import LeaseLost, grant
+
+    journal = Journal(Path(tempfile.mkdtemp(prefix="fence-")) / "fence.db")
+    journal.start("shared_work", {"steps": 1, "seconds": 0}, "w001")
+    with immediate(journal.conn):
+        old = grant(journal.conn, "w001", "worker-a", seconds=30)
+    with immediate(journal.conn):
+        new = grant(journal.conn, "w001", "worker-b", seconds=30, only_if_due=False)  # a takeover: token + 1
+    try:
+        save(journal.conn, old, "work:1", {"by": "worker-a"})
+        stale = "stored"
+    except LeaseLost:
+        stale = "refused"
+    stale_changed = journal.steps("w001") != []
+    outcome = {"tokens": (old.token, new.token), "stale write": stale, "stale write changed steps": stale_changed,
+               "current output": None, "token read inside the write's transaction": False}
+    if stale_changed:  # the stale write took the step's place: the current owner's write cannot be tried
+        return outcome
+    statements: list[str] = []
+    journal.conn.set_trace_callback(statements.append)  # every SQL statement the next call runs
+    save(journal.conn, new, "work:1", {"by": "worker-b"})
+    journal.conn.set_trace_callback(None)
+    steps = journal.steps("w001")
+    inside = statements[statements.index("BEGIN IMMEDIATE"):] if "BEGIN IMMEDIATE" in statements else []
+    inside = inside[:inside.index("COMMIT")] if "COMMIT" in inside else inside
+    return {**outcome, "current output": steps[0]["output"] if len(steps) == 1 else None,
+            "token read inside the write's transaction": any("fencing_token" in s for s in inside)}
+
+
+def check_fenced_write(save: Callable) -> None:
+    """Run ``save`` as ``run_fenced_write`` does; print pass, or what is wrong and a hint."""
+    from ...core.leases import LeaseLost
+
+    try:
+        outcome = run_fenced_write(save)
+    except NotImplementedError:
+        return _report(f"{NOT_YET} my_save_output still raises NotImplementedError: write its body, then run its "
+                       "cell again", "")
+    except LeaseLost as error:  # not an Exception: workflow code must not swallow it
+        return _report(f"{NOT_QUITE} the current owner's write was refused too ({error}). Hint: refuse only a "
+                       "token older than the workflow's fencing_token", "")
+    except Exception as error:
+        return _report(f"{NOT_QUITE} your function raised {type(error).__name__}: {error}", "")
+    old, new = outcome["tokens"]
+    if outcome["stale write"] == "stored":
+        return _report(f"{NOT_QUITE} worker-a wrote with token {old} after token {new} was granted to worker-b. "
+                       "Hint: a write is allowed only while its lease's token is the workflow's current one", "")
+    if outcome["stale write changed steps"]:
+        return _report(f"{NOT_QUITE} the refused write changed the steps table. Hint: check before you write, in "
+                       "one transaction", "")
+    if outcome["current output"] != {"by": "worker-b"}:
+        return _report(f"{NOT_QUITE} the current owner's write was not stored: {outcome['current output']}", "")
+    if not outcome["token read inside the write's transaction"]:
+        return _report(f"{NOT_QUITE} the token was not read inside the write's transaction: checked before BEGIN, "
+                       "the lease can pass to another owner in between", "")
+    return _report(None, f"refused token {old}; stored worker-b's output with token {new}")

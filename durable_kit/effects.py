@@ -42,11 +42,12 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from .core import state
-from .core.store import append_event, boundary, from_json, immediate, now, to_json
+from .core.store import append_event, boundary, connect, from_json, immediate, now, to_json
 from .core.waits import wait_for
 from .core.worker import PASS_CHORES
 
@@ -71,8 +72,13 @@ def send_guarded(wf: "Workflow", action: str, send: Callable[[], Any]) -> Any:
     key or none) decides how many effects a repeated attempt makes. It works
     on the activity's thread too (a step with ``timeout``, a parallel branch).
     """
-    with wf.connection_here() as conn:
+    if threading.get_ident() == wf.thread:
+        return _between_fault_points(wf.conn, wf.id, action, send)
+    conn = connect(wf.db_path, create=False)  # an SQLite connection is used only by the thread that opened it
+    try:
         return _between_fault_points(conn, wf.id, action, send)
+    finally:
+        conn.close()
 
 
 def _between_fault_points(conn: sqlite3.Connection, workflow_id: str, action: str, send: Callable[[], Any]) -> Any:

@@ -19,7 +19,7 @@ def execute_parallel(wf: Workflow, branches: dict[str, Callable[[], Any]], input
 
     A branch that raises is marked *failed*; the others still commit, then the first error is raised (no
     retry policy here: a later replay reruns the fan-out and reuses what finished). Activities run on other
-    threads: they must not touch ``wf.conn`` (``send_guarded`` uses ``wf.connection_here()``), and anything
+    threads: they must not touch ``wf.conn`` (``send_guarded`` opens its own there), and anything
     else they write to SQLite needs a connection opened on that thread.
     """
     results: dict[str, Any] = {}

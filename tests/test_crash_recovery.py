@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+import durable_kit.workshop.agents  # noqa: F401  (registers research_report)
 from durable_kit import Journal
 from durable_kit.world.llm import load_topics
 from durable_kit.harness.faults import CRASH_EXIT_CODE

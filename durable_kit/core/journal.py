@@ -259,15 +259,16 @@ class Replay:
         self._tried: dict[str, dict] = {}  # steps with a row but no output: retry time, attempts that died, repair
         self._by_position: dict[int, dict] = {}  # what the journal recorded at each place in the order
         self._names, self._reused, self._token_synced, self._tracing = set(), [], False, every_boundary()
-        self._thread = threading.get_ident()  # the thread that may use ``conn``
+        self.thread = threading.get_ident()  # the only thread that may use ``conn``
         for r in self.conn.execute(RECORDED, (self.id,)):
             if r["position"] is not None:
-                self._by_position[r["position"]] = {k: r[k] for k in ("name", "status", "input", "wait")}
+                self._by_position[r["position"]] = {"name": r["name"], "status": r["status"], "input": r["input"],
+                                                    "wait": r["wait"]}
             if r["wait"]:
                 continue
             if r["status"] == "complete":
                 self._outputs[r["name"]] = r["output"]
-            else:  # a running row: its last attempt's process died mid-step
+            else:  # tried before: a retry time; a *running* row's last attempt died mid-step; a repair
                 self._tried[r["name"]] = {"not_before": r["next_attempt_at"] if r["status"] == "retrying" else None,
                                           "died": r["attempts"] if r["status"] == "running" else 0,
                                           "repair": r["repair_message"]}
@@ -304,18 +305,6 @@ class Replay:
         """A step boundary: each feature's check (``EXTENSIONS["boundary"]``) runs, and may end this replay."""
         for check in EXTENSIONS["boundary"]:
             check(self, new)
-
-    @contextmanager
-    def connection_here(self):
-        """The journal's connection for the calling thread: ``conn`` here, a connection of its own on another."""
-        if threading.get_ident() == self._thread:
-            yield self.conn
-            return
-        conn = connect(self.db_path, create=False)
-        try:
-            yield conn
-        finally:
-            conn.close()
 
     @contextmanager
     def write(self, last: bool = False):
@@ -540,7 +529,8 @@ class Workflow(Replay):
         input_json = to_json(step_input, self.id, name, "step input")
         self.place(name, input_json)
         if self.reuse(name):
-            return self._completed(name, compensate, self.output(name))
+            output = json.loads(self._outputs[name])
+            return output if compensate is None else self._completed(name, compensate, output)
         policy, tried = retry or CRASH_LIMIT, self._tried.get(name)
         if tried:  # tried before: a cancellation, a retry time or attempts that died come first
             self.at_boundary()

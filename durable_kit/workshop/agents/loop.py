@@ -15,7 +15,7 @@ The sequence of steps is not known in advance, yet replay is plain: code
 between steps is deterministic, so a replay re-walks the same decisions from
 the journal, turn by turn, and the first turn without a stored output runs
 for real. A provider outage during a model turn pauses the workflow (status
-*paused*); ``Journal.resume`` makes it runnable again.
+*paused*); ``durable_kit.resume`` makes it runnable again.
 
 ``usage`` reports what the run cost across every attempt (from the call
 ledger, which no crash resets) and its execution time apart from its time

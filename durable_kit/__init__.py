@@ -19,13 +19,13 @@
   ``check_lease``, ``new_owner``, ``owner_is_gone``; ``immediate`` for a
   read-then-write transaction.
 
-The rest has public modules of its own: the outside world
-(``durable_kit.world``, ``durable_kit.world.ledger``), the harness
-(``durable_kit.harness.faults``, ``durable_kit.harness.runner``, ``durable_kit.harness.crashlab``,
-``durable_kit.bench``) and the workshop (``durable_kit.workshop.lab``,
-``durable_kit.workshop.agents``, ``durable_kit.workshop.memory``, ``durable_kit.workshop.evaluation``).
-Importing ``durable_kit`` loads none of them but the fault hook, so it stays
-light: no crash lab, no pandas, matplotlib or ipywidgets.
+The rest has public modules of its own, one folder a layer: the outside
+world (``durable_kit.world``, with ``durable_kit.world.ledger``), the harness
+(``durable_kit.harness.faults``, ``.runner``, ``.crashlab``) and the
+workshop (``durable_kit.workshop.lab``, ``.agents``, ``.memory``,
+``.evaluation``); ``durable_kit.bench`` measures the kit's cost. Importing
+``durable_kit`` loads none of them but the fault hook, so it stays light: no
+crash lab, no pandas, matplotlib or ipywidgets.
 """
 from .harness import faults  # noqa: F401  (installs the boundary hook: every process fires the faults armed for it)
 from .change import cancel, fork

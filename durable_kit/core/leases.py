@@ -1,7 +1,8 @@
 """The engine: one owner at a time. Leases, heartbeats and fencing tokens.
 
 A lease is an owner, an expiry by the database's clock (``DB_NOW``: this machine's wall clock, not monotonic,
-not shared with other machines) and a fencing token that grows with every grant. Every write under a lease
+not shared with other machines: a clock step makes a lease last longer or end early, costing a late takeover
+or a repeat, never a second owner) and a fencing token that grows with every grant. Every write under a lease
 checks its token in the same transaction: a stale owner's write is refused (``LeaseLost``), but what it did
 outside the journal is not undone. No attempt starts once the lease has expired or its heartbeat gave up. An
 owner is gone once its lease expires, or at once if it ran on this machine (same boot and PID namespace) and its

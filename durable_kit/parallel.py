@@ -23,17 +23,17 @@ def execute_parallel(wf: Workflow, branches: dict[str, Callable[[], Any]], input
     else they write to SQLite needs a connection opened on that thread.
     """
     results: dict[str, Any] = {}
-    inputs_json = {}
+    inputs_json, positions = {}, {}
     for name in branches:
         inputs_json[name] = to_json((inputs or {}).get(name), wf.id, name, "step input")
-        wf.place(name, inputs_json[name])
+        positions[name] = wf.place(name, inputs_json[name])  # each branch its own place in the order
         if wf.reuse(name):
             results[name] = wf.output(name)
     to_run = [name for name in branches if name not in results]
     if to_run:
         wf.at_boundary()
         with wf.starting():  # one commit marks every branch running
-            started = {name: wf.mark_running(name, inputs_json[name]) for name in to_run}
+            started = {name: wf.mark_running(name, inputs_json[name], position=positions[name]) for name in to_run}
         for name in to_run:
             if started[name] is None:  # another process completed it since this replay began
                 results[name] = wf.recorded_output(name)

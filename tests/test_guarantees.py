@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+import durable_kit
 from durable_kit import Journal
 from durable_kit.core.journal import run_workflow
 from durable_kit.world.payments import Payments
@@ -518,6 +519,22 @@ def test_a_crash_mid_fan_out_reruns_only_the_unfinished_branch(tmp_path):
     assert json.loads(done.stdout) == ["a", "b", "c"]
     assert sorted(lines(db.with_suffix(".runs"))) == ["a", "b", "c", "c"]
     assert {s["name"]: s["attempts"] for s in journal.steps("f1")} == {"read:a": 1, "read:b": 1, "read:c": 2}
+
+
+def test_each_branch_keeps_its_own_place_so_a_later_replay_follows_the_fan_out_in_any_name_order(tmp_path):
+    @durable_kit.workflow("fan_out_unsorted")
+    def fan_out_unsorted(wf):
+        found = durable_kit.execute_parallel(wf, {"read:b": lambda: "B", "read:a": lambda: "A", "read:c": lambda: "C"})
+        wf.wait_for_approval("go", found)  # the next replay passes the fan-out again
+        return found
+
+    journal = Journal(tmp_path / "journal.db")
+    journal.start("fan_out_unsorted", {}, "f1")
+    assert run_workflow(journal, "f1") is None
+    assert {s["name"]: s["position"] for s in journal.steps("f1")} == {"read:b": 1, "read:a": 2, "read:c": 3}
+    durable_kit.approve(journal, "f1", by="Ana")
+    assert run_workflow(journal, "f1") == {"read:b": "B", "read:a": "A", "read:c": "C"}
+    assert journal.workflow("f1")["status"] == "complete"
 
 
 # --- pause and resume: a provider outage holds nothing ---

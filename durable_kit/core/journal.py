@@ -341,10 +341,13 @@ class Replay:
             yield self.conn
 
     def mark_running(self, name: str, input_json: str, repair_message: str | None = None,
-                     versions_json: str | None = None) -> set[str] | None:
-        """Inside ``starting``: the attempt's *running* row; the fault points armed for it, or None if complete."""
-        attempts = state.start_attempt(self.conn, self.id, name, input_json, redact(repair_message), self.position,
-                                       versions_json, os.getpid())
+                     versions_json: str | None = None, position: int | None = None) -> set[str] | None:
+        """Inside ``starting``: the attempt's *running* row at ``position`` (else the last placed); its armed points.
+
+        None if the step is complete: nothing was written.
+        """
+        attempts = state.start_attempt(self.conn, self.id, name, input_json, redact(repair_message),
+                                       self.position if position is None else position, versions_json, os.getpid())
         if attempts is None:
             return None
         if attempts > 1:  # the first attempt's start is in the row itself

@@ -1,7 +1,8 @@
 """The booking workflow of the model-based test (``tests/test_model_based.py``), loaded with ``--module``.
 
-hold a seat -> charge the card -> wait for the itinerary's approval (with a
-deadline, if the input gives one) -> issue the ticket. Holding and charging
+quote the seat and the card at once (parallel steps, their names not in name
+order) -> hold a seat -> charge the card -> wait for the itinerary's approval
+(with a deadline, if the input gives one) -> issue the ticket. Holding and charging
 have compensations; every send carries the effect's key and the replay's
 fencing token to a keyed fake service beside the journal (``x.seats.db``,
 ``x.cards.db``, ``x.tickets.db``), which counts every effect.
@@ -50,6 +51,7 @@ def fraud_check(wf) -> None:
 
 @durable_kit.workflow("booking", version=f"booking-{CODE}", inputs={"trip": str})
 def booking(wf) -> dict:
+    durable_kit.execute_parallel(wf, {"quote:seat": lambda: {"seat": 120}, "quote:card": lambda: {"fee": 2}})
     wf.execute_step("hold_seat", lambda: send(wf, Seats, "hold", "hold_seat"),
                     compensate=lambda hold: send(wf, Seats, "release", "compensate:hold_seat"))
     if CODE == "v2-unpatched" or (CODE == "v2-patched" and wf.patched("fraud-check")):

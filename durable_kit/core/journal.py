@@ -165,14 +165,16 @@ class Journal:
 
     def workflow(self, workflow_id: str) -> dict:
         """The workflow's row, input and output decoded."""
-        row = self.row_for_update(workflow_id, f"{self.path.name}: start it first, or check the id.")
-        return {**dict(row), "input": from_json(row["input"]), "output": from_json(row["output"])}
-
-    def row_for_update(self, workflow_id: str, hint: str = "") -> sqlite3.Row:
-        """The workflow's stored row (inside the caller's write, to change it), or ``WorkflowError`` naming the id."""
         row = self.conn.execute("SELECT * FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
         if row is None:
-            raise WorkflowError(f"no workflow {workflow_id!r} in " + (hint or f"{self.path.name}; check the id."))
+            raise WorkflowError(f"no workflow {workflow_id!r} in {self.path.name}: start it first, or check the id.")
+        return {**dict(row), "input": from_json(row["input"]), "output": from_json(row["output"])}
+
+    def row_for_update(self, workflow_id: str) -> sqlite3.Row:
+        """Inside the caller's write: the workflow's stored row, or ``WorkflowError`` naming the id."""
+        row = self.conn.execute("SELECT * FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
+        if row is None:
+            raise WorkflowError(f"no workflow {workflow_id!r} in {self.path.name}; check the id.")
         return row
 
     def steps(self, workflow_id: str) -> list[dict]:

@@ -42,11 +42,11 @@ def load_module(name: str) -> None:
 
 def from_json_argument(text: str, flag: str, outcome: str):
     """Decode JSON given on the command line as ``flag``, or raise ``NotJSON`` saying what is wrong and what to give."""
-    from .core.store import MAX_DEPTH, NotJSON, _too_deep
+    from .core.store import MAX_DEPTH, NotJSON, too_deep
 
     problem = None
     try:
-        problem = _too_deep(text)
+        problem = too_deep(text)
         if problem is None:
             return json.loads(text)
     except RecursionError:

@@ -53,10 +53,9 @@ def stop_if_cancelled(wf, new: bool = True) -> None:
     """
     if wf in _CANCELLING or not new and any(not n.startswith(COMPENSATION) for n in wf.recorded_after()):
         return
-    row = wf.conn.execute("SELECT cancel_requested FROM workflows WHERE id = ?", (wf.id,)).fetchone()
-    if row["cancel_requested"] is None:
+    request = _request(wf)
+    if request is None:
         return
-    request = json.loads(row["cancel_requested"])
     _CANCELLING.add(wf)
     undone = []
     for name, undo, output in reversed(wf.compensations):  # newest first, each a durable step of its own
@@ -105,9 +104,15 @@ def compensation_failed(wf, name: str, error: Exception, retry: RetryPolicy | No
 
 def report_too_late(wf, status: str) -> None:
     """Inside the write that ended the workflow: a cancellation asked for meanwhile took no effect; say so."""
+    request = _request(wf)
+    if request is not None:
+        append_event(wf.conn, wf.id, None, "cancel_too_late", too_late(status, request))
+
+
+def _request(wf) -> dict | None:
+    # The cancellation asked for (who and why), or None.
     row = wf.conn.execute("SELECT cancel_requested FROM workflows WHERE id = ?", (wf.id,)).fetchone()
-    if row["cancel_requested"] is not None:
-        append_event(wf.conn, wf.id, None, "cancel_too_late", too_late(status, json.loads(row["cancel_requested"])))
+    return None if row["cancel_requested"] is None else json.loads(row["cancel_requested"])
 
 
 EXTENSIONS["boundary"].append(stop_if_cancelled)

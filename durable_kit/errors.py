@@ -75,13 +75,18 @@ class NonDeterminism(Suspended):
     """
 
 
+def folder_message(path: Path) -> str:
+    """One line for a person: a folder was given where the journal's file belongs."""
+    return (f"{path} is a folder, not a journal file; nothing was written. Point --db at a file, for example "
+            f"{path / 'journal.db'}.")
+
+
 def describe_storage_fault(error: BaseException, path: str | Path) -> str:
     """One line for a person: what the storage fault is, at which path, that nothing was half-written, what to do."""
     text = str(error)
     kept = "nothing was half-written (the transaction rolled back)"
     if Path(path).is_dir():
-        return (f"{Path(path)} is a folder, not a journal file; nothing was written. Point --db at a file, "
-                f"for example {Path(path) / 'journal.db'}.")
+        return folder_message(Path(path))
     if "full" in text:
         return f"{path}: the disk or the file-size limit is full; {kept}. Free space, then run the command again."
     if "disk I/O error" in text:

@@ -580,16 +580,16 @@ class Workflow(Replay):
         lease, no cancellation and no fault armed. Any other attempt, and a first one it does not take, is a
         transaction (``starting``), after the boundary's checks.
         """
-        if not (name in self._tried or self._reused or self._tracing or (self.heartbeat and self.heartbeat.gave_up)):
-            if write(self.conn, START_FIRST_ATTEMPT, (
-                    self.id, name, input_json, redact(repair_message), self.position, versions_json, now(),
-                    os.getpid(), None if self.lease is None else self.lease.token)):
-                self._tried[name] = {"not_before": None, "died": 0, "repair": None}
-                return set()
-        self.at_boundary()
-        with self.starting():
-            armed = self.mark_running(name, input_json, repair_message, versions_json)
-        if armed is not None:
+        first = not (name in self._tried or self._reused or self._tracing or (self.heartbeat and self.heartbeat.gave_up))
+        if first and write(self.conn, START_FIRST_ATTEMPT, (
+                self.id, name, input_json, redact(repair_message), self.position, versions_json, now(), os.getpid(),
+                None if self.lease is None else self.lease.token)):
+            armed = set()
+        else:
+            self.at_boundary()
+            with self.starting():
+                armed = self.mark_running(name, input_json, repair_message, versions_json)
+        if armed is not None:  # a later attempt of this replay takes the transaction
             self._tried.setdefault(name, {"not_before": None, "died": 0, "repair": None})
         return armed
 

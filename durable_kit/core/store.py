@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..errors import SettingError, describe_json_problem, describe_storage_fault
+from ..errors import SettingError, describe_json_problem, folder_message
 from ..redact import Unredactable, redact, redact_value, secrets_in_json
 
 SCHEMA_VERSION = 7
@@ -245,7 +245,7 @@ def check_version(row, path: str | Path) -> None:
 def refuse_folder(path: Path) -> None:
     """Refuse (``StorageFault``) a folder given as the journal's file."""
     if path.is_dir():
-        raise StorageFault(describe_storage_fault(IsADirectoryError(), path))
+        raise StorageFault(folder_message(path))
 
 
 def refuse_missing_or_empty(path: Path) -> None:
@@ -312,7 +312,7 @@ def encode(value: Any, workflow_id: str, step: str | None, what: str,
               "convert other values (for example a datetime to an ISO string) first.")
     try:
         text = _ENCODE(value)
-        problem = _too_deep(text)
+        problem = too_deep(text)
         if problem is None:
             decoded = json.loads(text)
     except RecursionError:  # the encoder's own limit, below which every value is refused here anyway
@@ -345,7 +345,7 @@ def _where(workflow_id: str, step: str | None) -> str:
 _STRUCTURE = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')  # a string (skipped whole), or a bracket
 
 
-def _too_deep(text: str) -> str | None:
+def too_deep(text: str) -> str | None:
     """Why ``text`` (JSON) is nested too deep to store, or None; a value with few brackets is not even walked."""
     if len(text) <= 2 * MAX_DEPTH or text.count("[") + text.count("{") <= MAX_DEPTH:
         return None

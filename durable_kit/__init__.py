@@ -4,9 +4,9 @@
 
 * **workflows and steps**: ``workflow`` registers a function by kind; it
   receives a ``Workflow`` (``execute_step``, ``wait_for_approval``, ``ask``,
-  ``sleep``, ``end``, ``pause``, ``patched``); ``execute_parallel`` runs
-  steps at once; ``Journal`` starts and reads workflows; ``run_workflow``
-  replays one; ``cancel`` and ``fork`` change course; ``resume`` and
+  ``sleep``, ``end``, ``pause``); ``execute_parallel`` runs steps at
+  once; ``Journal`` starts and reads workflows; ``run_workflow`` replays
+  one; ``patched``, ``time_limit``, ``cancel`` and ``fork`` change course; ``resume`` and
   ``purge`` are a person's actions on a stored workflow; ``read_only``
   opens a journal only to read it.
 * **retries and failures**: ``RetryPolicy``, ``decide`` and the failure classes.
@@ -28,21 +28,22 @@ workshop (``durable_kit.workshop.lab``, ``.agents``, ``.memory``,
 crash lab, no pandas, matplotlib or ipywidgets.
 """
 from .harness import faults  # noqa: F401  (installs the boundary hook: every process fires the faults armed for it)
-from .change import cancel, fork
+from .change import StepTimeout, cancel, fork, patched, time_limit
 from .core.journal import Ended, Journal, Suspended, Workflow, WorkflowError, run_workflow, workflow
 from .core.leases import Lease, LeaseLost, check_lease, new_owner, owner_is_gone
 from .core.retries import (AmbiguousEffect, FormatFailure, InvalidRequest, PolicyDenied, RateLimited, RetryPolicy,
-                           StepTimeout, Transient, decide)
+                           Transient, decide)
 from .core.store import NotJSON, SchemaMismatch, immediate
 from .admin import named_wait, open_wait, purge, read_only, resume, waits
-from .core.waits import DecisionConflict, NotWaiting, answer, approve, reject
+from .decisions import DecisionConflict, NotWaiting, answer, approve, reject
 from .core.worker import due_workflows, run_worker
 from .effects import (NOT_SENT, destination, dispatch_outbox, effect_key, reconcile_then_send, send_at_most_once,
                       send_guarded, send_via_outbox)
 from .parallel import execute_parallel
 
 __all__ = [
-    "workflow", "Workflow", "Journal", "run_workflow", "execute_parallel", "cancel", "fork", "resume", "purge", "read_only",
+    "workflow", "Workflow", "Journal", "run_workflow", "execute_parallel",
+    "patched", "time_limit", "cancel", "fork", "resume", "purge", "read_only",
     "RetryPolicy", "decide", "Transient", "RateLimited", "InvalidRequest", "FormatFailure", "AmbiguousEffect",
     "PolicyDenied", "StepTimeout",
     "approve", "reject", "answer", "waits", "open_wait", "named_wait", "NotWaiting", "DecisionConflict",

@@ -92,7 +92,7 @@ def cmd_decide(args) -> int:
     from .core.journal import Journal
     from .redact import redact, redact_value
     from .admin import describe_outcome
-    from .core.waits import answer, approve, reject
+    from .decisions import answer, approve, reject
 
     journal = Journal(args.db, create=False)
     try:
@@ -175,7 +175,7 @@ STATUS_HINTS = {
     "failed": "failed: its code raised an error that is not a failure class (a bug, or output that is not JSON); "
               "no worker retries it. Fix the code, then `resume` it: completed steps are reused.",
     "blocked": "blocked: a replay asked for other steps than the journal recorded; nothing after that ran. Deploy "
-               "code that replays the history (wf.patched), then `resume` it, or `fork` it.",
+               "code that replays the history (durable_kit.patched), then `resume` it, or `fork` it.",
     "paused": "paused: waiting for an outside service or a person's go-ahead; `resume` it when it can go on.",
     "escalated": "escalated: no worker retries it; fix the cause (see the error and `history`), then `resume` it: "
                  "the step gets one more attempt and completed steps are reused.",

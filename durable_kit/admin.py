@@ -17,7 +17,7 @@ from .core import state
 from .core.journal import Journal
 from .core.store import (SchemaMismatch, StorageFault, append_event, check_version, default_busy_timeout_ms,
                          from_json, immediate, now, refuse_folder, refuse_missing_or_empty)
-from .core.waits import describe, event_name, utc
+from .decisions import describe, event_name, utc
 from .errors import WorkflowError, describe_storage_fault
 
 def read_only(path: str | Path) -> Journal:

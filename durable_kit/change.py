@@ -1,26 +1,31 @@
-"""A feature on the engine: a long task changes course. A person cancels it, or forks it from a step.
+"""A feature on the engine: a long task changes course. New code behind a patch, a cancellation, a fork, a
+step's time limit.
 
-A cancellation is cooperative: the workflow stops at its next step boundary
-and its completed steps are undone by their compensations, newest first,
-each a durable step of its own; one that keeps failing pauses the workflow
-before any older one runs, and ``resume`` continues from it. The replay
-carries it out through the engine's extension points (``EXTENSIONS`` in
-``core/journal.py``). A fork tries a fixed prompt again from a given step: a
-new workflow that follows the original's recorded decisions up to that step,
-leaving the original untouched. The other changes of course live in the
-engine: the determinism check and ``patched`` in ``core/journal.py``, step
-timeouts in ``core/retries.py``, deadlines in ``core/waits.py``.
+``patched`` lets new code take a new path where no history says otherwise;
+its answer is recorded, so every replay agrees. A cancellation is
+cooperative: the workflow stops at its next step boundary and its completed
+steps are undone by their compensations, newest first, each a durable step
+of its own; one that keeps failing pauses the workflow before any older one
+runs, and ``resume`` continues from it, through the engine's extension points
+(``EXTENSIONS`` in ``core/journal.py``). A fork tries a fixed prompt again
+from a given step: a new workflow that follows the original's recorded
+decisions up to that step, leaving the original untouched. ``time_limit``
+fails an attempt that takes too long, but cannot stop it. The determinism
+check and deadlines are the engine's (``core/journal.py``, ``core/waits.py``).
 """
 from __future__ import annotations
 
 import json
+import math
+import threading
 import weakref
 from functools import partial
+from typing import Any, Callable
 
 from .errors import Ended, WorkflowError
-from .core.journal import EXTENSIONS, VERSIONS, Journal
+from .core.journal import EXTENSIONS, VERSIONS, Journal, Workflow
 from .core import state
-from .core.retries import RetryPolicy, decide
+from .core.retries import RetryPolicy, Transient, decide
 from .core.store import append_event, immediate, to_json
 from .redact import redact
 
@@ -39,6 +44,59 @@ def too_late(status: str, request: dict) -> str:
     """What the history and ``status`` say of a cancellation that came after the workflow's last boundary."""
     return (f"{ENDED_INSTEAD.get(status, status)} before the cancellation took effect "
             f"(requested by {request['by']}: {request['reason']})")
+
+
+def patched(wf: Workflow, name: str) -> bool:
+    """True where new code may take its new path; False in a workflow that had recorded steps past this line.
+
+    Wrap a change in ``if patched(wf, "why"):``. The answer is recorded the first time, so every later replay
+    agrees, and so does a fork taken past this line (``fork`` copies it).
+    """
+    key = f"patched:{name}"
+    wf.claim(key)
+    if wf.completed(key):
+        return wf.output(key)
+    new_path = not wf.recorded_after()
+    with wf.write():  # its input says how many steps came before it, for a fork
+        inserted = state.record_step(wf.conn, wf.id, key, json.dumps({"after_position": wf.position}),
+                                     json.dumps(new_path), None)
+        if inserted:
+            append_event(wf.conn, wf.id, key, "patch_decided",
+                         "new path" if new_path else "old path (replaying a history written before the change)")
+    return new_path if inserted else wf.recorded_output(key)
+
+
+class StepTimeout(Transient):
+    """An attempt took longer than its ``time_limit``; its late result is discarded."""
+
+
+def time_limit(seconds: float, activity: Callable[[], Any]) -> Callable[[], Any]:
+    """``activity``, failing with ``StepTimeout`` (transient: a retry may try again) after ``seconds`` without a result.
+
+    Give it to ``execute_step`` as the activity. A time limit cannot stop the attempt's thread: a late activity
+    runs on, and what it sends is still sent.
+    """
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds < math.inf:
+        raise ValueError(f"time_limit: seconds must be a finite number above 0, not {seconds!r}")
+
+    def limited() -> Any:
+        outcome: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                outcome["value"] = activity()
+            except BaseException as error:  # handed to the attempt's thread below
+                outcome["error"] = error
+
+        thread = threading.Thread(target=run, name="time-limited activity", daemon=True)
+        thread.start()
+        thread.join(seconds)
+        if thread.is_alive():
+            raise StepTimeout(f"no result after {seconds:g} s")
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome["value"]
+    return limited
 
 
 def stop_if_cancelled(wf, new: bool = True) -> None:
@@ -148,7 +206,7 @@ def cancel(journal: Journal, workflow_id: str, by: str, reason: str) -> dict:
             raise WorkflowError(
                 f"workflow {workflow_id!r} is blocked: its code no longer replays its recorded history, so the "
                 "compensations of its steps cannot be found. Deploy code that replays it (for example behind "
-                "wf.patched), resume it, then cancel it. Nothing was changed.")
+                "patched), resume it, then cancel it. Nothing was changed.")
         if row["cancel_requested"] is None:
             request = to_json({"by": by, "reason": reason}, workflow_id, None, "cancellation")
             state.request_cancel(journal.conn, workflow_id, request, running=row["status"] == "running")
@@ -161,7 +219,7 @@ def fork(journal: Journal, workflow_id: str, new_id: str, up_to: str, by: str, i
 
     The new workflow reuses those outputs and the decisions recorded before
     that step: people's decisions, ended timers and deadlines, and the patch
-    decisions (``wf.patched``) taken before it, so its replay follows the
+    decisions (``patched``) taken before it, so its replay follows the
     original's path. An outbox step (``send_via_outbox``) up to and including
     ``up_to`` is reused with its delivery: its key stays the original's and
     nothing is sent again; while that delivery is not sent yet the fork is

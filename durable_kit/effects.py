@@ -47,12 +47,33 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from .core import state
-from .core.store import append_event, boundary, connect, from_json, immediate, now, to_json
+from .core.store import FEATURE_TABLES, append_event, boundary, connect, from_json, immediate, now, to_json
 from .core.waits import wait_for
 from .core.worker import PASS_CHORES
 
 if TYPE_CHECKING:
     from .core.journal import Journal, Workflow
+
+FEATURE_TABLES.append("""
+CREATE TABLE IF NOT EXISTS reservations (
+    key         TEXT PRIMARY KEY,  -- from the workflow and the logical action, never the attempt
+    workflow_id TEXT NOT NULL REFERENCES workflows (id),
+    reserved_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS outbox (
+    key         TEXT PRIMARY KEY,  -- sent with the request, so the destination can deduplicate
+    workflow_id TEXT NOT NULL REFERENCES workflows (id),
+    action      TEXT NOT NULL,
+    destination TEXT NOT NULL,  -- a sender registered with effects.destination
+    payload     TEXT NOT NULL,  -- JSON
+    -- withdrawn: by a cancellation, before any dispatcher tried it
+    status      TEXT NOT NULL CHECK (status = 'pending' OR status = 'sent' OR status = 'withdrawn'),
+    result      TEXT,  -- JSON: the destination's answer
+    attempts    INTEGER NOT NULL DEFAULT 0,
+    created_at  REAL NOT NULL,
+    sent_at     REAL
+);
+""")
 
 NOT_SENT = "not sent by this attempt: an earlier attempt reserved the key and may or may not have sent it"
 

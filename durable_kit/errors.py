@@ -71,7 +71,7 @@ class NonDeterminism(Suspended):
 
     The workflow is saved as *blocked* before this is raised, and nothing after
     the divergence runs: deploy code that replays the recorded history (for
-    example behind ``Workflow.patched``), then ``resume`` it, or ``fork`` it.
+    example behind ``durable_kit.patched``), then ``resume`` it, or ``fork`` it.
     """
 
 

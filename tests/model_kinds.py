@@ -9,7 +9,7 @@ fencing token to a keyed fake service beside the journal (``x.seats.db``,
 
 The environment variable ``DURABLE_KIT_MODEL_CODE`` picks the deployed code:
 ``v1``; ``v2-patched`` adds a fraud check after the hold behind
-``wf.patched("fraud-check")``; ``v2-unpatched`` adds it without the patch.
+``durable_kit.patched(wf, "fraud-check")``; ``v2-unpatched`` adds it without the patch.
 """
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def booking(wf) -> dict:
     durable_kit.execute_parallel(wf, {"quote:seat": lambda: {"seat": 120}, "quote:card": lambda: {"fee": 2}})
     wf.execute_step("hold_seat", lambda: send(wf, Seats, "hold", "hold_seat"),
                     compensate=lambda hold: send(wf, Seats, "release", "compensate:hold_seat"))
-    if CODE == "v2-unpatched" or (CODE == "v2-patched" and wf.patched("fraud-check")):
+    if CODE == "v2-unpatched" or (CODE == "v2-patched" and durable_kit.patched(wf, "fraud-check")):
         fraud_check(wf)
     wf.execute_step("charge_card", lambda: send(wf, Cards, "charge", "charge_card"),
                     compensate=lambda charge: send(wf, Cards, "refund", "compensate:charge_card"))

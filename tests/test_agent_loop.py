@@ -10,7 +10,7 @@ import pytest
 from durable_kit import Journal, resume, run_workflow
 from durable_kit.workshop.agents.loop import (activity_runs, fixture_passage, load_case, replay_state, usage,
                                      usage_lines)
-from durable_kit.core.waits import answer
+from durable_kit.decisions import answer
 from durable_kit.world.provider import OpenAICompatibleModel, ProviderNotConfigured
 from durable_kit.world.scripted import ScriptedModel, clear_outage, set_outage
 from durable_kit.harness.runner import run_in_child

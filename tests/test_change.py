@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import durable_kit
 from durable_kit import Journal
 from durable_kit.harness.faults import arm
 
@@ -111,7 +112,7 @@ def test_a_replay_that_diverges_blocks_the_workflow_before_any_effect(tmp_path, 
     wf = journal.workflow("c1")
     assert wf["status"] == "blocked"
     assert wf["error"] == (f"workflow 'c1': non-deterministic replay: {PROBLEMS[change]}. Nothing after it ran. "
-                           "Deploy code that replays the recorded history (for example behind wf.patched), then "
+                           "Deploy code that replays the recorded history (for example behind durable_kit.patched), then "
                            "resume it, or fork it.")
     assert (effects(db, "reserve"), effects(db, "charge"), effects(db, "notify")) == (1, 0, 0)
     before = dump(db)
@@ -130,7 +131,7 @@ def test_a_completed_step_the_new_code_no_longer_asks_for_blocks_at_the_end(tmp_
     assert (effects(db, "charge"), effects(db, "notify")) == (1, 1)
 
 
-PATCHED = V1.replace('    wf.execute_step("reserve"', '''    if wf.patched("fraud-check"):
+PATCHED = V1.replace('    wf.execute_step("reserve"', '''    if durable_kit.patched(wf, "fraud-check"):
         wf.execute_step("fraud_check", lambda: send(wf, "fraud_check", "fraud_check"))
     wf.execute_step("reserve"''')
 
@@ -318,7 +319,7 @@ TIMEOUT = '''
 import time
 from pathlib import Path
 import durable_kit
-from durable_kit import RetryPolicy
+from durable_kit import RetryPolicy, time_limit
 
 
 @durable_kit.workflow("slow_call")
@@ -332,7 +333,7 @@ def slow_call(wf):
             return "late"
         return "on time"
 
-    return wf.execute_step("call", call, timeout=0.3, retry=RetryPolicy(max_attempts=3, base_delay=0))
+    return wf.execute_step("call", time_limit(0.3, call), retry=RetryPolicy(max_attempts=3, base_delay=0))
 '''
 
 
@@ -346,8 +347,20 @@ def test_a_step_timeout_fails_the_attempt_and_the_retry_succeeds(tmp_path):
     (step,) = journal.steps("s1")
     assert step["attempts"] == 2
     failed = [e["detail"] for e in journal.history("s1") if e["event"] == "step_failed"]
-    assert failed == ["StepTimeout: workflow 's1', step 'call': no result after 0.3 s"]
+    assert failed == ["StepTimeout: no result after 0.3 s"]
 
+
+
+@pytest.mark.parametrize("seconds", [0, -1, float("nan"), float("inf"), True, "1"])
+def test_a_time_limit_that_is_not_a_finite_number_above_zero_is_refused_before_any_step(seconds):
+    with pytest.raises(ValueError, match="time_limit: seconds must be a finite number above 0"):
+        durable_kit.time_limit(seconds, lambda: "never run")
+
+
+def test_a_time_limit_returns_the_result_or_raises_the_error_of_an_activity_in_time():
+    assert durable_kit.time_limit(5, lambda: {"ok": 1})() == {"ok": 1}
+    with pytest.raises(KeyError, match="missing"):
+        durable_kit.time_limit(5, lambda: {}["missing"])()
 
 # --- fork ---
 

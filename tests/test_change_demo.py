@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from durable_kit import Journal
+from durable_kit import Journal, patched
 from durable_kit.core.journal import VERSIONS, WORKFLOWS
 from durable_kit.harness.faults import arm
 from durable_kit.workshop.lab import change_demo
@@ -36,7 +36,7 @@ def checked(capsys, trip) -> str:
 
 
 def test_the_check_passes_a_patch_and_restores_version_1(capsys):
-    said = checked(capsys, v2(lambda wf: NEW_MARKUP if wf.patched("markup-8") else OLD_MARKUP))
+    said = checked(capsys, v2(lambda wf: NEW_MARKUP if patched(wf, "markup-8") else OLD_MARKUP))
     assert said == ("pass: the running workflow replayed its old price (420.00) and completed; "
                     "the new one charged the new price (432.00)")
     assert (WORKFLOWS[EXERCISE_KIND], VERSIONS[EXERCISE_KIND]) == (change_demo.exercise_trip_v1, "v1")
@@ -54,12 +54,12 @@ def test_the_check_shows_the_divergence_of_an_unpatched_price_change(capsys):
     assert said.startswith("not quite: the running workflow old-1 is 'blocked': workflow 'old-1': non-deterministic "
                            "replay: step 'quote' completed with input {\"markup\":0.05,\"route\":\"ZRH-LIS\"}, but the "
                            "code now gives {\"markup\":0.08,\"route\":\"ZRH-LIS\"}")
-    assert "Hint: choose the markup behind wf.patched(...)" in said
+    assert "Hint: choose the markup behind patched(wf, ...)" in said
 
 
 @pytest.mark.parametrize("trip, problem", [
     (v2(lambda wf: OLD_MARKUP), "not quite: the card processor charged {'old-1': [420.0], 'new-1': [420.0]}"),
-    (v2(lambda wf: NEW_MARKUP if wf.patched("m") else OLD_MARKUP, quote_input=lambda wf: OLD_MARKUP),
+    (v2(lambda wf: NEW_MARKUP if patched(wf, "m") else OLD_MARKUP, quote_input=lambda wf: OLD_MARKUP),
      "not quite: both quote steps were given the input"),
     (lambda wf: 1 / 0, "not quite: replaying old-1 raised ZeroDivisionError: division by zero"),
 ], ids=["never-new-price", "input-hides-the-change", "raises"])

@@ -8,7 +8,7 @@ seat hold and a charge with compensations, an approval with or without a
 deadline); start workers, SIGKILL them, SIGSTOP one past its lease and
 SIGCONT it later; ``run``, approve, reject and answer (the right wait, a
 wrong one, a repeat, a late one), cancel, fork and resume; deploy a code
-change with or without ``wf.patched``; let time pass so deadlines and leases
+change with or without ``patched``; let time pass so deadlines and leases
 run out. After every rule the invariants are checked against the committed
 rows and the destinations' own books; at the end of a sequence every process
 is continued, one worker runs, and every workflow must reach a final status

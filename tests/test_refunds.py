@@ -13,7 +13,7 @@ from durable_kit.__main__ import MATRIX_KEYS
 from durable_kit.workshop.agents.refunds import CRASH_POINTS, STRATEGIES, approval_reason, check_evidence, crash_matrix
 from durable_kit.core.retries import InvalidRequest
 from durable_kit.admin import open_wait, waits
-from durable_kit.core.waits import approve, reject
+from durable_kit.decisions import approve, reject
 from durable_kit.core.worker import run_worker
 from durable_kit.world.llm import MODEL_NAME, FakeLLM
 from durable_kit.world.notifier import Notifier, notifier_path

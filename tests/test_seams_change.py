@@ -278,7 +278,7 @@ def test_cancelling_a_blocked_workflow_is_refused_with_what_to_do_and_changes_no
     refused = kit("cancel", "--db", str(db), "--workflow", "c1", "--by", "Dana", "--reason", "stop", expect=2)
     assert refused.stderr == (
         "error: workflow 'c1' is blocked: its code no longer replays its recorded history, so the compensations "
-        "of its steps cannot be found. Deploy code that replays it (for example behind wf.patched), resume it, "
+        "of its steps cannot be found. Deploy code that replays it (for example behind patched), resume it, "
         "then cancel it. Nothing was changed.\n")
     assert dump(db) == before
 

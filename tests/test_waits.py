@@ -14,7 +14,7 @@ import durable_kit.workshop.agents  # noqa: F401  (registers research_report and
 from durable_kit import Journal, Workflow, WorkflowError, run_workflow
 from durable_kit.core import waits as waits_module
 from durable_kit.admin import describe_outcome, open_wait, waits
-from durable_kit.core.waits import DecisionConflict, NotWaiting, answer, approve, reject
+from durable_kit.decisions import DecisionConflict, NotWaiting, answer, approve, reject
 from durable_kit.core.leases import new_owner
 from durable_kit.core.worker import due_workflows, run_due
 

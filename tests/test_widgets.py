@@ -5,7 +5,7 @@ import pytest
 
 from durable_kit import Journal, run_workflow
 from durable_kit.workshop.agents import research  # noqa: F401  (registers reviewed_report)
-from durable_kit.core.waits import approve
+from durable_kit.decisions import approve
 from durable_kit.world.notifier import Notifier
 
 from conftest import dump

@@ -38,7 +38,7 @@ from typing import Any, Callable
 from . import state, waits
 from ..errors import Ended, LeaseLost, NonDeterminism, Suspended, WorkflowError, is_storage_fault
 from .leases import Heartbeat, Lease, check_lease, new_owner, release, superseded, take
-from .retries import TAKEN_OVER_BY_STEP, Crashed, FormatFailure, InvalidRequest, RetryPolicy, record_failure, within
+from .retries import TAKEN_OVER_BY_STEP, Crashed, FormatFailure, InvalidRequest, RetryPolicy, record_failure
 from ..redact import redact, register_secret
 from .state import COMMIT_OUTPUT, COMPLETE, COMPLETE_IN_TRANSACTION, FINAL_STATUSES, START_FIRST_ATTEMPT, move
 from .store import (DB_NOW, append_event, boundary, connect, encode, every_boundary, from_json, immediate, now, to_json,
@@ -281,7 +281,7 @@ class Replay:
 
     def place(self, name: str, input_json: str | None = None, wait: bool = False) -> int:
         """Give the next step or wait (named once a replay) its position; block if the journal recorded another there."""
-        self._claim(name)
+        self.claim(name)
         self.position += 1
         problem = divergence(self._by_position, self.position, name, input_json, wait)
         if problem:
@@ -294,6 +294,10 @@ class Replay:
             return False
         self._reused.append(name)
         return True
+
+    def completed(self, name: str) -> bool:
+        """True if step ``name`` has an output on record."""
+        return name in self._outputs
 
     def output(self, name: str) -> Any:
         """The stored output of completed step ``name``, decoded."""
@@ -413,7 +417,8 @@ class Replay:
         if self.journal.relaxing:  # inside ``Journal.relaxed``: put the commit on disk now, as FULL would have
             self.journal.sync()
 
-    def _claim(self, name: str) -> None:
+    def claim(self, name: str) -> None:
+        """Take ``name`` for this replay; a second step or wait of that name is refused (``WorkflowError``)."""
         if name in self._names:
             raise WorkflowError(
                 f"workflow {self.id!r}: step {name!r} was already executed in this run. Step and wait names "
@@ -438,7 +443,7 @@ class Replay:
 
     def _block(self, problem: str) -> None:
         message = (f"workflow {self.id!r}: non-deterministic replay: {problem}. Nothing after it ran. Deploy code "
-                   "that replays the recorded history (for example behind wf.patched), then resume it, or fork it.")
+                   "that replays the recorded history (for example behind durable_kit.patched), then resume it, or fork it.")
         self._stop("blocked", {"error": redact(message)}, "workflow_blocked", problem)
         raise NonDeterminism(message)
 
@@ -518,7 +523,7 @@ class Workflow(Replay):
     def execute_step(self, name: str, activity: Callable[[], Any], step_input: Any = None, *,
                      retry: RetryPolicy | None = None, repair: Callable[[str], Any] | None = None,
                      fallback: Callable[[], Any] | None = None, versions: dict | None = None,
-                     compensate: Callable[[Any], Any] | None = None, timeout: float | None = None) -> Any:
+                     compensate: Callable[[Any], Any] | None = None) -> Any:
         """Return the step's stored output, or run ``activity`` now and store its output.
 
         A step completed at this position with the same ``step_input`` is reused: its activity does not run.
@@ -529,7 +534,6 @@ class Workflow(Replay):
         ``FormatFailure`` repair did not fix; a retry repeats the repair, not the request. Attempts whose process
         died count (``Crashed``: ``retry.max_attempts``, else ``CRASH_LIMIT``); taken-over ones do not.
         ``versions`` are recorded with the step; ``compensate(output)`` undoes it if the workflow is cancelled.
-        ``timeout`` fails a slower attempt (``StepTimeout``); its thread cannot be stopped and runs on.
         """
         input_json = to_json(step_input, self.id, name, "step input")
         self.place(name, input_json)
@@ -553,8 +557,7 @@ class Workflow(Replay):
             try:
                 if "next_step" in armed:
                     boundary(self.conn, "next_step", self.id)
-                output = self.encode_output(name, run() if timeout is None else within(timeout, run, self.id, name),
-                                            armed)
+                output = self.encode_output(name, run(), armed)
             except Exception as error:
                 if retry and isinstance(error, (InvalidRequest, FormatFailure)) and repair and repair_message is None:
                     self.fail_attempt(name, error)
@@ -613,30 +616,8 @@ class Workflow(Replay):
             raise Suspended(f"workflow {self.id!r}, step {name!r}: retry scheduled in {decision.delay:g} s")
         raise Ended(f"workflow {self.id!r}, step {name!r}: {decision.reason}")
 
-    def patched(self, name: str) -> bool:
-        """True where new code may take its new path; False in a workflow that had recorded steps past this line.
-
-        Wrap a change in ``if wf.patched("why"):``. The answer is recorded the first time, so every later replay
-        agrees, and so does a fork taken past this line (``change.fork`` copies it).
-        """
-        key = f"patched:{name}"
-        self._claim(key)
-        if key in self._outputs:
-            return json.loads(self._outputs[key])
-        new_path = not self.recorded_after()
-        with self.write():  # its input says how many steps came before it, for a fork
-            inserted = state.record_step(self.conn, self.id, key, json.dumps({"after_position": self.position}),
-                                         json.dumps(new_path), None)
-            if inserted:
-                append_event(self.conn, self.id, key, "patch_decided", "new path" if new_path else
-                             "old path (replaying a history written before the change)")
-        if not inserted:
-            return self.recorded_output(key)
-        self._outputs[key] = json.dumps(new_path)
-        return new_path
-
     def wait_for_approval(self, name: str, request: Any, deadline: float | None = None) -> dict:
-        """Stop until a person approves or rejects ``request`` (``waits.approve``/``reject``); return the decision.
+        """Stop until a person approves or rejects ``request`` (``durable_kit.approve``/``reject``); return the decision.
 
         ``{"approved": bool, "by": str, "comment": str}``. No worker is held meanwhile. With ``deadline`` (seconds
         from when this line is first reached) the first of the decision and the deadline wins for good; the
@@ -645,7 +626,7 @@ class Workflow(Replay):
         return waits.wait_for(self, name, "approval", request, deadline=deadline)
 
     def ask(self, name: str, question: str, deadline: float | None = None) -> str | None:
-        """Stop until a person answers ``question`` (``waits.answer``); the answer, or None past ``deadline``."""
+        """Stop until a person answers ``question`` (``durable_kit.answer``); the answer, or None past ``deadline``."""
         decision = waits.wait_for(self, name, "clarification", {"question": question}, deadline=deadline)
         return None if decision.get("timed_out") else decision["answer"]
 

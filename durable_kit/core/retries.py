@@ -10,9 +10,7 @@ import json
 import math
 import random
 import sqlite3
-import threading
 from dataclasses import dataclass
-from typing import Any, Callable
 
 from ..redact import redact
 from . import state
@@ -55,10 +53,6 @@ class AmbiguousEffect(Exception):
 
 class PolicyDenied(Exception):
     """A rule said no. This is an outcome, not an outage: retrying cannot change it."""
-
-
-class StepTimeout(Transient):
-    """An attempt took longer than its step's ``timeout``; its late result is discarded."""
 
 
 @dataclass(frozen=True)
@@ -147,25 +141,3 @@ def record_failure(conn: sqlite3.Connection, workflow_id: str, step: str, error:
         state.move(conn, workflow_id, status, {"error": reason})
         append_event(conn, workflow_id, step, f"workflow_{status}", decision.reason)
     return decision
-
-
-def within(seconds: float, activity: Callable[[], Any], workflow_id: str, step: str) -> Any:
-    """Run ``activity`` on a thread and wait at most ``seconds``; raise ``StepTimeout`` if it is not done.
-
-    A timeout cannot stop the thread: a late activity runs on, and what it sends is still sent."""
-    outcome: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            outcome["value"] = activity()
-        except BaseException as error:  # handed to the caller's thread below
-            outcome["error"] = error
-
-    thread = threading.Thread(target=run, name=f"{workflow_id}:{step}", daemon=True)
-    thread.start()
-    thread.join(seconds)
-    if thread.is_alive():
-        raise StepTimeout(f"workflow {workflow_id!r}, step {step!r}: no result after {seconds:g} s")
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["value"]

@@ -131,9 +131,10 @@ COMPLETE_IN_TRANSACTION = f"{RECORD_COMPLETION} WHERE id = ?1 AND {leaves(WORKFL
 
 def delete_workflow(conn: sqlite3.Connection, workflow_id: str) -> dict[str, int]:
     """Inside the caller's transaction: every row of the workflow, in every table; how many went, per table."""
+    tables = [r[0] for r in conn.execute("SELECT m.name FROM sqlite_master m, pragma_table_info(m.name) c"
+                                         " WHERE m.type = 'table' AND c.name = 'workflow_id' ORDER BY m.name")]
     return {table: conn.execute(f"DELETE FROM {table} WHERE {'id' if table == 'workflows' else 'workflow_id'} = ?",
-                                (workflow_id,)).rowcount
-            for table in ("history", "steps", "waits", "escalations", "reservations", "outbox", "workflows")}
+                                (workflow_id,)).rowcount for table in (*tables, "workflows")}
 
 
 # A step's first attempt as one statement: its *running* row, only if the replay still holds a live lease (?9;

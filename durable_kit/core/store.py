@@ -106,24 +106,6 @@ CREATE TABLE IF NOT EXISTS waits (
     position    INTEGER,  -- its place in the workflow's order of steps and waits, checked on every replay
     PRIMARY KEY (workflow_id, name)
 ) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS reservations (
-    key         TEXT PRIMARY KEY,  -- from the workflow and the logical action, never the attempt
-    workflow_id TEXT NOT NULL REFERENCES workflows (id),
-    reserved_at REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS outbox (
-    key         TEXT PRIMARY KEY,  -- sent with the request, so the destination can deduplicate
-    workflow_id TEXT NOT NULL REFERENCES workflows (id),
-    action      TEXT NOT NULL,
-    destination TEXT NOT NULL,  -- a sender registered with effects.destination
-    payload     TEXT NOT NULL,  -- JSON
-    -- withdrawn: by a cancellation, before any dispatcher tried it
-    status      TEXT NOT NULL CHECK (status = 'pending' OR status = 'sent' OR status = 'withdrawn'),
-    result      TEXT,  -- JSON: the destination's answer
-    attempts    INTEGER NOT NULL DEFAULT 0,
-    created_at  REAL NOT NULL,
-    sent_at     REAL
-);
 -- Events that no row records: replays, reuse, later attempts, failures, waits, decisions, faults, leases.
 CREATE TABLE IF NOT EXISTS history (
     workflow_id TEXT NOT NULL,
@@ -216,17 +198,21 @@ def connect(path: str | Path, synchronous: str = "FULL", busy_timeout_ms: int | 
     return conn
 
 
-# Every table and view the schema creates: a journal that has them all and this version needs no write to open.
-SCHEMA_NAMES = frozenset(re.findall(r"CREATE (?:TABLE|VIEW) IF NOT EXISTS (\w+)", SCHEMA))
+# The tables a feature keeps beside the engine's (``effects.py``: the outbox, reserved keys), created with them.
+FEATURE_TABLES: list[str] = []
+
+
+def _schema() -> str:
+    return SCHEMA + "".join(FEATURE_TABLES)
 
 
 def _ensure_schema(conn: sqlite3.Connection, path: str | Path) -> None:
     # An existing journal is checked by reading only, so opening it never waits for another process's write lock.
     names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' OR type = 'view'")}
-    if SCHEMA_NAMES <= names:
+    if set(re.findall(r"CREATE (?:TABLE|VIEW) IF NOT EXISTS (\w+)", _schema())) <= names:
         return check_version(conn.execute("SELECT version FROM schema_version").fetchone(), path)
     with immediate(conn):
-        for statement in filter(str.strip, SCHEMA.split(";")):
+        for statement in filter(str.strip, _schema().split(";")):
             conn.execute(statement)
         row = conn.execute("SELECT version FROM schema_version").fetchone()
         if row is None:

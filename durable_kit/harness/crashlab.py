@@ -55,7 +55,7 @@ from ..core.journal import Journal, WorkflowError
 from ..core.state import bring_due
 from ..core.store import DB_NOW, immediate, now
 from ..admin import open_wait
-from ..core.waits import answer, approve, reject
+from ..decisions import answer, approve, reject
 
 # Where a workflow can end up once nothing more is due.
 SETTLED = ("complete", "escalated", "stopped", "rejected", "failed", "cancelled", "paused", "blocked")

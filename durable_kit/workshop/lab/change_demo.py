@@ -242,7 +242,7 @@ def _patched_trip_problem(trip_v2: Callable[[Workflow], Any], db: Path) -> str |
 
 
 def _outcome_problem(journal: Journal, db: Path) -> str | None:
-    hint = ("Hint: choose the markup behind wf.patched(...) before the quote step, so a workflow already past "
+    hint = ("Hint: choose the markup behind patched(wf, ...) before the quote step, so a workflow already past "
             "that line keeps OLD_MARKUP, and give the quote step the markup you chose as its input.")
     old, new = journal.workflow("old-1"), journal.workflow("new-1")
     if old["status"] != "complete":

@@ -1,7 +1,7 @@
 """Notebook panels for people in the loop: approve or reject, answer a question, inspect a workflow.
 
-Each panel calls the same functions as the command line (``waits.approve``,
-``waits.reject``, ``waits.answer``, ``Journal.steps`` and ``Journal.history``)
+Each panel calls the same functions as the command line (``decisions.approve``,
+``decisions.reject``, ``decisions.answer``, ``Journal.steps`` and ``Journal.history``)
 and shows every result in a widget's ``value``, never by printing, so a
 notebook (or a test) can drive it with ``Button.click()`` and read the outcome.
 Importing this module imports ipywidgets and pandas; ``import durable_kit`` does not.
@@ -136,7 +136,7 @@ class ApprovalPanel(_DecisionPanel):
 
 
 class ClarificationPanel(_DecisionPanel):
-    """One question a workflow waits on, a box for the answer, and Submit (``waits.answer`` on that wait)."""
+    """One question a workflow waits on, a box for the answer, and Submit (``decisions.answer`` on that wait)."""
 
     kind = "clarification"
 

@@ -249,7 +249,8 @@ class Replay:
     """What one replay of a workflow read once, and every write it makes, each fenced by its lease.
 
     ``Workflow`` stands on it; features (waits, effects, change, parallel) extend a replay through its public
-    methods: ``place``, ``reuse``, ``at_boundary``, ``write``, ``starting`` and the attempt's writes.
+    methods: ``claim``, ``place``, ``reuse``, ``completed``, ``at_boundary``, ``write``, ``starting`` and the attempt's
+    writes.
     """
 
     def __init__(self, journal: Journal, row: dict, lease: Lease | None = None, heartbeat: Heartbeat | None = None):
@@ -442,8 +443,8 @@ class Replay:
                      reason + ("" if until is None else f" (resumes in {max(0.0, until - now()):.0f} s)"))
 
     def _block(self, problem: str) -> None:
-        message = (f"workflow {self.id!r}: non-deterministic replay: {problem}. Nothing after it ran. Deploy code "
-                   "that replays the recorded history (for example behind durable_kit.patched), then resume it, or fork it.")
+        message = (f"workflow {self.id!r}: non-deterministic replay: {problem}. Nothing after it ran. Deploy code that "
+                   "replays the recorded history (for example behind durable_kit.patched), then resume it, or fork it.")
         self._stop("blocked", {"error": redact(message)}, "workflow_blocked", problem)
         raise NonDeterminism(message)
 

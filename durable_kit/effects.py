@@ -91,7 +91,7 @@ def send_guarded(wf: "Workflow", action: str, send: Callable[[], Any]) -> Any:
 
     Adds no guarantee of its own: inside a step, the strategy of ``send`` (a
     key or none) decides how many effects a repeated attempt makes. It works
-    on the activity's thread too (a step with ``timeout``, a parallel branch).
+    on the activity's thread too (a step under ``time_limit``, a parallel branch).
     """
     if threading.get_ident() == wf.thread:
         return _between_fault_points(wf.conn, wf.id, action, send)

@@ -25,7 +25,7 @@ def calls(db: Path) -> list[str]:
     return log.read_text().splitlines() if log.exists() else []
 
 
-# --- a step with a timeout whose activity sends through send_guarded ---
+# --- a step under a time limit whose activity sends through send_guarded ---
 
 GUARDED = '''
 from pathlib import Path
@@ -42,7 +42,7 @@ def book(wf):
 
 @durable_kit.workflow("timed_booking")
 def timed_booking(wf):
-    return wf.execute_step("book", lambda: send_guarded(wf, "book", lambda: book(wf)), timeout=30)
+    return wf.execute_step("book", durable_kit.time_limit(30, lambda: send_guarded(wf, "book", lambda: book(wf))))
 '''
 
 

@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from durable_kit import Journal
+from durable_kit import Journal, RetryPolicy, Suspended, Transient
+from durable_kit.core import store
 from durable_kit.core.store import connect
+from durable_kit.harness import faults
 from durable_kit.harness.faults import InjectedFailure, arm, disarm_all, trip
 
 from conftest import dump
@@ -96,3 +98,40 @@ def test_fail_after_activity_loses_the_output_and_the_step_runs_again(db):
     assert journal.open("wf-1").execute_step("plan", lambda: "second") == "second"
     (step,) = journal.steps("wf-1")
     assert (step["status"], step["attempts"], step["output"]) == ("complete", 2, "second")
+
+
+def test_the_fault_table_is_the_harness_s_and_the_core_runs_without_it(db, monkeypatch):
+    """The core reads armed points only through its boundary hook: with the hook's defaults and no fault table,
+    steps still start, fail, retry and complete; with the harness's hook, the same journal gets the table."""
+    assert "EXISTS faults" not in store.SCHEMA  # declared by the harness, beside the engine's tables
+    monkeypatch.setattr(store, "FEATURE_TABLES", [t for t in store.FEATURE_TABLES if "faults" not in t])
+    defaults = {"trip": lambda conn, point, workflow_id: None, "every": lambda: False,
+                "armed": lambda conn, points: set(), "none_armed": "1"}  # the core's own, without the harness
+    for key, default in defaults.items():
+        monkeypatch.setitem(store.BOUNDARY_HOOK, key, default)
+    journal = Journal(db)
+    tables = {r[0] for r in journal.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert "faults" not in tables and {"workflows", "steps", "history", "waits"} <= tables
+    journal.start("k", {}, "wf-1", registered_elsewhere=True)
+    failures = []
+
+    def flaky():
+        if not failures:
+            failures.append(1)
+            raise Transient("once")
+        return "ok"
+
+    wf = journal.open("wf-1")
+    assert wf.execute_step("first", lambda: 1) == 1  # the one-statement first attempt, with no fault table
+    with pytest.raises(Suspended):  # a retry scheduled
+        wf.execute_step("second", flaky, retry=RetryPolicy(base_delay=0))
+    again = journal.open("wf-1")  # the replay: the first step reused, the second retried
+    assert again.execute_step("first", lambda: 2) == 1
+    assert again.execute_step("second", flaky, retry=RetryPolicy(base_delay=0)) == "ok"
+    assert [s["status"] for s in journal.steps("wf-1")] == ["complete", "complete"]
+    journal.close()
+    monkeypatch.undo()  # the harness's hook and table again: opening the journal creates the table
+    conn = connect(db)
+    arm(conn, "after_commit:third", "fail")
+    assert armed(conn) == {"after_commit:third": "fail"}
+    assert faults.armed(conn, ("next_step", "after_commit:third")) == {"after_commit:third"}

@@ -40,9 +40,9 @@ from ..errors import Ended, LeaseLost, NonDeterminism, Suspended, WorkflowError,
 from .leases import Heartbeat, Lease, check_lease, new_owner, release, superseded, take
 from .retries import TAKEN_OVER_BY_STEP, Crashed, FormatFailure, InvalidRequest, RetryPolicy, record_failure
 from ..redact import redact, register_secret
-from .state import COMMIT_OUTPUT, COMPLETE, COMPLETE_IN_TRANSACTION, FINAL_STATUSES, START_FIRST_ATTEMPT, move
-from .store import (DB_NOW, append_event, boundary, connect, encode, every_boundary, from_json, immediate, now, to_json,
-                    write)
+from .state import COMMIT_OUTPUT, COMPLETE, COMPLETE_IN_TRANSACTION, FINAL_STATUSES, move, start_first_attempt
+from .store import (BOUNDARY_HOOK, DB_NOW, append_event, boundary, connect, encode, every_boundary, from_json,
+                    immediate, now, to_json, write)
 
 WORKFLOWS: dict[str, Callable[["Workflow"], Any]] = {}  # kind -> its function
 VERSIONS: dict[str, str] = {}  # kind -> the code version a new workflow of that kind records
@@ -363,7 +363,7 @@ class Replay:
         if self._tracing:  # a tracing run reaches every boundary
             return set(points)
         # Read in this transaction: a fault armed while the activity runs applies from the next step.
-        return {r["point"] for r in self.conn.execute("SELECT point FROM faults WHERE point IN (?, ?, ?)", points)}
+        return BOUNDARY_HOOK["armed"](self.conn, points)
 
     def encode_output(self, name: str, result: Any, armed: set[str]) -> tuple[str, Any]:
         """An activity's result as JSON (not yet stored) and decoded; then the ``after_activity`` point, if armed."""
@@ -585,7 +585,7 @@ class Workflow(Replay):
         transaction (``starting``), after the boundary's checks.
         """
         first = not (name in self._tried or self._reused or self._tracing or (self.heartbeat and self.heartbeat.gave_up))
-        if first and write(self.conn, START_FIRST_ATTEMPT, (
+        if first and write(self.conn, start_first_attempt(BOUNDARY_HOOK["none_armed"]), (
                 self.id, name, input_json, redact(repair_message), self.position, versions_json, now(), os.getpid(),
                 None if self.lease is None else self.lease.token)):
             armed = set()

@@ -7,6 +7,7 @@ runs in the caller's transaction, or is one statement that is a transaction of i
 from __future__ import annotations
 
 import sqlite3
+from functools import lru_cache
 from typing import Any
 
 from .store import DB_NOW, now, one_of, write
@@ -138,15 +139,23 @@ def delete_workflow(conn: sqlite3.Connection, workflow_id: str) -> dict[str, int
 
 
 # A step's first attempt as one statement: its *running* row, only if the replay still holds a live lease (?9;
-# NULL: unleased), nobody asked to cancel, no fault is armed at all (rare: then the transaction path runs) and
-# no row exists yet.
+# NULL: unleased), nobody asked to cancel, no fault is armed at all ({none_armed}: the boundary hook's SQL; rare:
+# then the transaction path runs) and no row exists yet.
 _NEW_ATTEMPT = ("INSERT INTO steps (workflow_id, name, status, input, attempts, repair_message, position, versions,"
                 "   started_at, started_by, started_after)")
 START_FIRST_ATTEMPT = (
     f"{_NEW_ATTEMPT} SELECT id, ?2, 'running', ?3, 1, ?4, ?5, ?6, ?7, ?8,   {_SEQ}"
     " FROM workflows WHERE id = ?1 AND cancel_requested IS NULL"
     f"   AND (?9 IS NULL OR (fencing_token = ?9 AND lease_expires_at >= {DB_NOW}))"
-    "   AND NOT EXISTS (SELECT 1 FROM faults) ON CONFLICT (workflow_id, name) DO NOTHING")
+    "   AND {none_armed} ON CONFLICT (workflow_id, name) DO NOTHING")
+
+
+@lru_cache(maxsize=None)
+def start_first_attempt(none_armed: str) -> str:
+    """``START_FIRST_ATTEMPT`` with the hook's ``none_armed``: one string, so SQLite's statement cache keeps it."""
+    return START_FIRST_ATTEMPT.format(none_armed=none_armed)
+
+
 # Any attempt, inside the caller's transaction: the row, or one more attempt on it; its attempt count comes back.
 START_ATTEMPT = (
     f"{_NEW_ATTEMPT} VALUES (?1, ?2, 'running', ?3, 1, ?4, ?5, ?6, ?7, ?8,   {_SEQ})"

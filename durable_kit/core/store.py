@@ -135,11 +135,6 @@ CREATE VIEW IF NOT EXISTS timeline (workflow_id, after, derived, at, pid, step, 
     UNION ALL
     SELECT id, completed_after, 1, completed_at, completed_by, NULL, 'workflow_completed', NULL
       FROM workflows WHERE completed_by IS NOT NULL;
-CREATE TABLE IF NOT EXISTS faults (
-    point   TEXT PRIMARY KEY,
-    action  TEXT NOT NULL CHECK (action IN ('exit', 'kill', 'fail', 'delay', 'stop')),
-    seconds REAL NOT NULL DEFAULT 0  -- how long 'delay' sleeps
-);
 """
 
 
@@ -366,8 +361,11 @@ def from_json(text: str | None) -> Any:
 
 
 # Named points where a crash can be chosen (``next_step``, ``after_commit:<step>``...): the core calls ``boundary``
-# there, the harness (``durable_kit.harness.faults``) installs what happens; ``every`` true: call it at every point.
-BOUNDARY_HOOK: dict[str, Any] = {"trip": lambda conn, point, workflow_id: None, "every": lambda: False}
+# there. The harness (``durable_kit.harness.faults``) installs what happens and keeps the table of armed points:
+# ``armed`` gives those of some points armed now, ``none_armed`` is SQL true while no point is, ``every`` true asks
+# for every point.
+BOUNDARY_HOOK: dict[str, Any] = {"trip": lambda conn, point, workflow_id: None, "every": lambda: False,
+                                 "armed": lambda conn, points: set(), "none_armed": "1"}
 
 
 def boundary(conn: sqlite3.Connection, point: str, workflow_id: str) -> None:

@@ -26,11 +26,21 @@ import time
 from pathlib import Path
 
 from ..core.retries import Transient
-from ..core.store import BOUNDARY_HOOK, append_event, connect, immediate
+from ..core.store import BOUNDARY_HOOK, FEATURE_TABLES, append_event, connect, immediate
 
 CRASH_EXIT_CODE = 13
 ACTIONS = ("exit", "kill", "fail", "delay", "stop")
 TRACE_VARIABLE = "DURABLE_KIT_TRACE"
+
+# The armed points, in the journal beside the engine's tables (created with them, once this module is imported).
+FEATURE_TABLES.append("""
+CREATE TABLE IF NOT EXISTS faults (
+    point   TEXT PRIMARY KEY,
+    action  TEXT NOT NULL CHECK (action IN ('exit', 'kill', 'fail', 'delay', 'stop')),
+    seconds REAL NOT NULL DEFAULT 0  -- how long 'delay' sleeps
+);
+""")
+NONE_ARMED = "NOT EXISTS (SELECT 1 FROM faults)"  # SQL: no point at all is armed
 
 
 class InjectedFailure(Transient):
@@ -76,6 +86,12 @@ def _trace(point: str, workflow_id: str) -> None:
         trace.write(line)
 
 
+def armed(conn: sqlite3.Connection, points: tuple[str, ...]) -> set[str]:
+    """Those of ``points`` armed now, read in the caller's transaction."""
+    marks = ", ".join("?" * len(points))
+    return {row["point"] for row in conn.execute(f"SELECT point FROM faults WHERE point IN ({marks})", points)}
+
+
 def trip(conn: sqlite3.Connection, point: str, workflow_id: str) -> None:
     """If ``point`` is armed, record it in the history and act; otherwise return at once.
 
@@ -113,4 +129,4 @@ def trip(conn: sqlite3.Connection, point: str, workflow_id: str) -> None:
 
 
 # Every process that imports the kit fires armed faults at the core's boundaries (``store.boundary``).
-BOUNDARY_HOOK.update(trip=trip, every=tracing)
+BOUNDARY_HOOK.update(trip=trip, every=tracing, armed=armed, none_armed=NONE_ARMED)

@@ -105,9 +105,7 @@ def test_the_fault_table_is_the_harness_s_and_the_core_runs_without_it(db, monke
     steps still start, fail, retry and complete; with the harness's hook, the same journal gets the table."""
     assert "EXISTS faults" not in store.SCHEMA  # declared by the harness, beside the engine's tables
     monkeypatch.setattr(store, "FEATURE_TABLES", [t for t in store.FEATURE_TABLES if "faults" not in t])
-    defaults = {"trip": lambda conn, point, workflow_id: None, "every": lambda: False,
-                "armed": lambda conn, points: set(), "none_armed": "1"}  # the core's own, without the harness
-    for key, default in defaults.items():
+    for key, default in store.NO_HOOK.items():  # the core's own, without the harness
         monkeypatch.setitem(store.BOUNDARY_HOOK, key, default)
     journal = Journal(db)
     tables = {r[0] for r in journal.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}

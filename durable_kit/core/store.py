@@ -363,9 +363,10 @@ def from_json(text: str | None) -> Any:
 # Named points where a crash can be chosen (``next_step``, ``after_commit:<step>``...): the core calls ``boundary``
 # there. The harness (``durable_kit.harness.faults``) installs what happens and keeps the table of armed points:
 # ``armed`` gives those of some points armed now, ``none_armed`` is SQL true while no point is, ``every`` true asks
-# for every point.
-BOUNDARY_HOOK: dict[str, Any] = {"trip": lambda conn, point, workflow_id: None, "every": lambda: False,
-                                 "armed": lambda conn, points: set(), "none_armed": "1"}
+# for every point. NO_HOOK: what the core does without one.
+NO_HOOK: dict[str, Any] = {"trip": lambda conn, point, workflow_id: None, "every": lambda: False,
+                           "armed": lambda conn, points: set(), "none_armed": "1"}
+BOUNDARY_HOOK: dict[str, Any] = dict(NO_HOOK)
 
 
 def boundary(conn: sqlite3.Connection, point: str, workflow_id: str) -> None:

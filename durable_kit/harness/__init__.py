@@ -4,5 +4,6 @@
 fired in a real process), ``runner`` (a workflow or a worker in a child
 process), ``crashlab`` (every boundary of a workflow killed or paused,
 effects judged by their strategy's promise) and ``faultcheck`` (a damaged
-file refused, not misread). The speed measure stays at ``python -m durable_kit.bench``.
+file refused, not misread). The speed measure stays at
+``python -m durable_kit.bench``.
 """

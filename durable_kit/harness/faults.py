@@ -33,10 +33,10 @@ ACTIONS = ("exit", "kill", "fail", "delay", "stop")
 TRACE_VARIABLE = "DURABLE_KIT_TRACE"
 
 # The armed points, in the journal beside the engine's tables (created with them, once this module is imported).
-FEATURE_TABLES.append("""
+FEATURE_TABLES.append(f"""
 CREATE TABLE IF NOT EXISTS faults (
     point   TEXT PRIMARY KEY,
-    action  TEXT NOT NULL CHECK (action IN ('exit', 'kill', 'fail', 'delay', 'stop')),
+    action  TEXT NOT NULL CHECK (action IN ({", ".join(map(repr, ACTIONS))})),
     seconds REAL NOT NULL DEFAULT 0  -- how long 'delay' sleeps
 );
 """)

@@ -140,7 +140,7 @@ def test_check_boundary_on_the_naive_checkout(capsys, tmp_path):
     checks.check_boundary(..., rows)
     assert said(capsys).startswith("not yet: Ellipsis is not a boundary of the checkout")
     checks.check_boundary("after_sending:charge", rows)
-    assert said(capsys).startswith("not yet: 'after_sending:charge' is not a boundary")
+    assert said(capsys).startswith("not quite: 'after_sending:charge' is not a boundary")
     checks.check_boundary("after_commit:charge", rows)
     assert said(capsys).startswith("not quite: a worker killed at after_commit:charge left 2 charges for 2 bookings")
     checks.check_boundary("after_send:charge", rows)
@@ -509,6 +509,18 @@ def test_fenced_write_refuses_no_check_a_check_before_begin_and_refusing_everyon
         raise LeaseLost(f"token {lease.token} refused")
     checks.check_fenced_write(refuses_all)
     assert said(capsys).startswith("not quite: the current owner's write was refused too (token 2 refused)")
+
+    def refuses_with_value_error(conn, lease, step, output):  # the right refusal, the wrong exception
+        from durable_kit.core.leases import check_lease
+        with immediate(conn):
+            try:
+                check_lease(conn, lease)
+            except LeaseLost:
+                raise ValueError(f"stale token {lease.token}") from None
+            conn.execute(INSERT_STEP, (lease.workflow_id, step, json.dumps(output)))
+    checks.check_fenced_write(refuses_with_value_error)
+    assert said(capsys).startswith("not quite: for worker-a's stale token 1 your function raised ValueError: stale "
+                                   "token 1; raise LeaseLost (from durable_kit)")
 
     def autocommit_then_check(conn, lease, step, output):  # writes outside any transaction, then checks
         from durable_kit.core.leases import check_lease

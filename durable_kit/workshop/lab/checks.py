@@ -1,9 +1,12 @@
 """Checks for the notebooks' exercises: each runs the learner's own code and prints pass or what is wrong.
 
-A check never raises: it prints one line that starts with ``pass:``, or with
-``not yet:`` / ``not quite:`` followed by what went wrong and a hint, so the
-notebook runs on whether or not the exercise is done. It returns ``None``, so
-the cell shows only the printed line.
+A check never raises: it prints one line, so the notebook runs on whether or
+not the exercise is done, and returns ``None``, so the cell shows only that
+line. The line starts with one of three words, the same in every notebook:
+``pass:`` for a right answer; ``not quite:`` for a wrong one, followed by what
+was expected (the exception, the key, the return shape) and a hint; ``not
+yet:`` only while the exercise's stub is unchanged (``...``, or a function that
+raises ``NotImplementedError``).
 """
 from __future__ import annotations
 
@@ -331,7 +334,8 @@ def check_boundary(boundary: Any, rows: list[dict]) -> None:
     """Pass if a worker killed at ``boundary`` of the naive checkout (``rows``) left a booking charged twice."""
     points = [row["point"] for row in rows[1:]]
     if _not_done(boundary) or boundary not in points:
-        return _report(f"{NOT_YET} {boundary!r} is not a boundary of the checkout; set my_boundary to one "
+        verdict = NOT_YET if _not_done(boundary) else NOT_QUITE
+        return _report(f"{verdict} {boundary!r} is not a boundary of the checkout; set my_boundary to one "
                        "of the points printed above, a str such as \"next_step\"", "")
     row = next(r for r in rows[1:] if r["point"] == boundary)
     needed = _charges(rows[0])
@@ -346,9 +350,12 @@ def check_boundary(boundary: Any, rows: list[dict]) -> None:
 def check_charge(charge: Callable, folder: str | Path | None = None) -> None:
     """Run two checkouts with ``charge`` in real workers, clean and killed around the charge; pass if each
     booking was charged exactly once every time."""
-    if _not_done(charge) or not callable(charge):
+    if _not_done(charge):
         return _report(f"{NOT_YET} define my_charge(wf, cards, booking, amount) with def, then run this cell again",
                        "")
+    if not callable(charge):
+        return _report(f"{NOT_QUITE} expected a function my_charge(wf, cards, booking, amount) that returns the "
+                       f"receipt, got {type(charge).__name__}", "")
     if charge.__name__ == "<lambda>":
         return _report(f"{NOT_QUITE} write my_charge with def in a cell: it is saved to charges.py, and a lambda "
                        "cannot be", "")
@@ -609,7 +616,8 @@ def check_notify(notify: Callable) -> None:
         return _report(f"{NOT_YET} my_notify still raises NotImplementedError: write its body, then run its cell "
                        "again", "")
     except Exception as error:
-        return _report(f"{NOT_QUITE} your function raised {type(error).__name__}: {error}", "")
+        return _report(f"{NOT_QUITE} your function raised {type(error).__name__}: {error}. It should run one step "
+                       "named 'notify' and return that step's output (what the notifier's send returned)", "")
     keys = counts["delivery keys"]
     if counts["attempts"] != 2:
         return _report(f"{NOT_QUITE} the notify step ran {counts['attempts']} time(s), not 2. Hint: send inside "
@@ -644,6 +652,10 @@ def run_fenced_write(save: Callable) -> dict:
         stale = "stored"
     except LeaseLost:
         stale = "refused"
+    except NotImplementedError:
+        raise
+    except Exception as error:  # refused, but not the way the journal's callers expect
+        stale = f"{type(error).__name__}: {error}"
     stale_changed = journal.steps("w001") != []
     outcome = {"tokens": (old.token, new.token), "stale write": stale, "stale write changed steps": stale_changed,
                "current output": None, "token read inside the write's transaction": False}
@@ -675,6 +687,10 @@ def check_fenced_write(save: Callable) -> None:
     except Exception as error:
         return _report(f"{NOT_QUITE} your function raised {type(error).__name__}: {error}", "")
     old, new = outcome["tokens"]
+    if outcome["stale write"] not in ("stored", "refused"):
+        return _report(f"{NOT_QUITE} for worker-a's stale token {old} your function raised {outcome['stale write']}; "
+                       "raise LeaseLost (from durable_kit) and change nothing: a worker stops working on a workflow "
+                       "only for LeaseLost. Hint: check_lease(conn, lease) raises it", "")
     if outcome["stale write"] == "stored":
         return _report(f"{NOT_QUITE} worker-a wrote with token {old} after token {new} was granted to worker-b. "
                        "Hint: a write is allowed only while its lease's token is the workflow's current one", "")

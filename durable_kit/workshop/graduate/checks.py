@@ -28,7 +28,7 @@ HINT = ("Hint: which values stay the same in every attempt of one workflow's ref
 
 
 class _SameFileAgain(logging.Filter):
-    """Drop DBOS's warning that a function of a file loaded again is registered again: the learner's edit replaces it."""
+    """Drop DBOS's warning that a function of a file loaded again is registered again: the edit replaces it."""
 
     def __init__(self, names: set[str]):
         super().__init__()

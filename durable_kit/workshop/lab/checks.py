@@ -526,9 +526,9 @@ def run_search_exercise(search: Callable, folder: str | Path) -> dict:
         children.append(run_in_child(db, workflow_id, module=module))
         ledger = Ledger.beside(db)
         steps = {s["name"]: s for s in journal.steps(workflow_id)}
-        runs[workflow_id] = {"exit codes": [c.exit_code for c in children], "status": journal.workflow(workflow_id)["status"],
-                             "error": journal.workflow(workflow_id)["error"], "stderr": children[-1].stderr,
-                             "output": journal.workflow(workflow_id)["output"],
+        row = journal.workflow(workflow_id)
+        runs[workflow_id] = {"exit codes": [c.exit_code for c in children], "status": row["status"],
+                             "error": row["error"], "stderr": children[-1].stderr, "output": row["output"],
                              "searches": sum(1 for c in ledger.calls("source", workflow_id)
                                              if c["operation"].startswith("search ")),
                              "turn 1 steps": sorted(n for n in steps if n.startswith("turn:1:")),

@@ -74,11 +74,12 @@ def test_no_committed_output_is_an_error_or_a_warning(path):
 
 
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.name)
-def test_a_check_line_uses_one_of_the_three_verdicts(path):
+def test_an_untouched_exercise_s_check_says_not_yet(path):
+    """The committed output of every check on a learner's ``my_`` stub: one ``not yet:`` line per check."""
     for cell in cells_of(path):
-        if cell["cell_type"] == "code" and CHECK_CALL.search(text(cell)):
-            first = printed(cell).strip().splitlines()[:1]
-            assert not first or VERDICT.match(first[0]) or not first[0].startswith(("not ", "pass")), first
+        calls = len([m for m in CHECK_CALL.finditer(text(cell)) if m.group(1) == "my"])
+        if cell["cell_type"] == "code" and not student.is_solution(cell) and calls:
+            assert VERDICT.findall(printed(cell)) == ["not yet"] * calls, (path.name, printed(cell))
 
 
 def kit_names(cells: list[dict]) -> set[str]:

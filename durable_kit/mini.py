@@ -9,17 +9,17 @@ looks each up when it calls it, so ``mini.fenced = my_fenced`` runs yours.
 
 What it promises: every workflow, step and wait has a durable identity, ``(workflow id, name)``; an activity runs
 at least once (a process can die between the work and its commit), and a committed output is never replaced; a
-replay that asks, where the journal recorded one, for another step or wait or input blocks the workflow; a failure
-commits with its retry time, and a crash loop escalates; a wait holds no process, and a decision is final; every
-write checks the lease's fencing token in its own transaction, so only the latest owner writes.
+replay that meets another step, wait or input than the journal recorded at that place blocks the workflow; a
+failure commits with its retry time, and a crash loop escalates; a wait holds no process, a decision is final; each
+write of a replay checks its lease's fencing token in its own transaction, so only the latest owner writes.
 
 What the full kit (``durable_kit/core/`` and the features beside it) adds, and why. Fast paths (one-statement
 writes, a sync only where a replay could not redo the write, takeover as soon as an owner's process is gone), since
 every commit costs. Storage faults said in one line that loses nothing, since disks fill and files lock. Redaction,
 since a journal keeps what it is given. Side-effect strategies (keys, a reservation, an outbox, reconciliation),
 since an activity that sends repeats its effect. Change and time (versions, patches, cancellation, forks,
-deadlines), since code changes under running workflows. What an agent loop needs: failure classes with repair, a
-retry budget, parallel steps, pauses, questions, a history.
+deadlines), since code changes under running workflows. The agent loop's needs: failure classes with repair, a
+retry budget, attempts taken over not counted as crashes, parallel steps, pauses, questions, a history.
 """
 from __future__ import annotations
 
@@ -165,7 +165,7 @@ class Workflow:
     def execute_step(self, name: str, activity: Callable[[], Any], step_input: Any = None, *,
                      retry: RetryPolicy | None = None) -> Any:
         """Step ``name``'s stored output, or ``activity``'s committed now (``run_step``). A failed step runs again at
-        its retry time; one whose ``max_attempts`` attempts all died escalates (``after_failure``)."""
+        its retry time; one whose ``max_attempts`` attempts all ended unfinished (crashed, taken over) escalates."""
         input_json, policy = json.dumps(step_input), retry or CRASH_LIMIT
         here = self._place(name, "step", input_json) or {"status": None}
         if here["status"] == "retrying" and here["next_attempt_at"] > time.time():

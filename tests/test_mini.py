@@ -1,9 +1,9 @@
 """The engine in one file against the kit: twelve crash scenarios in real processes leave the same behind on both.
 
 ``durable_kit.mini`` is what notebooks 02, 03, 04 and 06 build. Each scenario runs on both engines at once (the
-same workflow code, only its import line changed) and must leave what the kit leaves, which is written out
-here: status, steps with their attempts, external calls counted outside the journal, decisions, and what each
-crash or pause left.
+same workflow code, only its import line changed) and must leave what the kit leaves, written out in
+``scenarios.EXPECTED``: status, steps with their attempts, external calls counted outside the journal,
+decisions, and what each crash or pause left.
 """
 from __future__ import annotations
 
@@ -20,58 +20,15 @@ from durable_kit.workshop.lab import scenarios
 
 from conftest import ROOT
 
-THREE = [["s1", "complete", 1], ["s2", "complete", 1], ["s3", "complete", 1]]
-ONCE_EACH = {"s1": 1, "s2": 1, "s3": 1}
-APPROVED = [["draft", "complete", 1], ["publish", "complete", 1]]
-EXPECTED = {
-    "clean": {"status": "complete", "steps": THREE, "calls": ONCE_EACH, "workers": [0]},
-    "crash after the activity": {  # exit 13 after s2's call: s2 runs again, as attempt 2
-        "status": "complete", "steps": [THREE[0], ["s2", "complete", 2], THREE[2]],
-        "calls": {"s1": 1, "s2": 2, "s3": 1}, "first_worker": 13},
-    "crash after the commit": {"status": "complete", "steps": THREE, "calls": ONCE_EACH, "first_worker": -9},
-    "transient failure retried": {  # the retry time is a row: a worker before it finds nothing due
-        "status": "complete", "steps": [["fetch", "complete", 2]], "calls": {"fetch": 2}, "first_worker": [0],
-        "early_worker": [0], "calls_before_the_retry_time": 1, "retry_after_its_delay": True},
-    "crash loop escalates": {  # three workers die in the step; the fourth escalates it without a call
-        "status": "escalated", "steps": [["boom", "failed", 3]], "calls": {"boom": 3}, "killed_workers": 3,
-        "last_worker": 0},
-    "paused owner's write refused": {  # its activity ran, its write did not, and it started nothing more
-        "status": "complete", "steps": [["work", "complete", 2], ["then", "complete", 1]],
-        "calls": {"work": 2, "then": 1}, "owner_exit": 0, "owner_said_lease_lost": True,
-        "stored_by": ["standby", "standby"]},
-    "approval": {
-        "status": "complete", "steps": APPROVED, "calls": {"draft": 1, "publish": 1},
-        "before_the_decision": [[0], "waiting"], "decisions": [[True, "Dana", "sources are sound", "review", True]],
-        "workers": [0]},
-    "activity 2.5 leases long": {  # the heartbeat keeps the lease: the standby never takes the workflow
-        "status": "complete", "steps": [["work", "complete", 1]], "calls": {"work": 1}, "owner_said": "w1: complete",
-        "standby_ran_it": False},
-    "durable timer": {
-        "status": "complete", "steps": [["before", "complete", 1], ["after", "complete", 1]],
-        "calls": {"before": 1, "after": 1}, "first_worker": [0], "early_worker": [0], "calls_before_the_time": 1,
-        "after_the_time": True},
-    "renamed step blocks": {  # nothing after the renamed step ran
-        "status": "blocked", "steps": [["draft", "complete", 1]], "calls": {"draft": 1},
-        "workers_on_the_changed_code": [0]},
-    "worker drains three": {
-        "status": "complete", "steps": THREE, "calls": {"s1": 3, "s2": 3, "s3": 3}, "worker": 0,
-        "statuses": ["complete"] * 3, "calls_in_all": 9},
-    "wait decided twice": {  # the second approval returns the first; a rejection after it is refused
-        "status": "complete", "steps": APPROVED, "calls": {"draft": 1, "publish": 1},
-        "decisions": [[True, "Dana", "", "review", True], [True, "Dana", "", "review", False]],
-        "late_rejection": "DecisionConflict", "workers": [0]},
-}
-
-
 def test_there_are_twelve_scenarios_and_each_has_its_expectation():
-    assert list(EXPECTED) == list(scenarios.SCENARIOS) and len(EXPECTED) == 12
+    assert list(scenarios.EXPECTED) == list(scenarios.SCENARIOS) and len(scenarios.EXPECTED) == 12
 
 
 @pytest.mark.parametrize("name", list(scenarios.SCENARIOS))
 def test_both_engines_leave_what_the_kit_leaves(name, tmp_path):
     with ThreadPoolExecutor(max_workers=2) as pool:  # the two engines at once, each in its own folder
         kit, one_file = pool.map(lambda engine: scenarios.run(name, engine, tmp_path / engine), ("kit", "mini"))
-    assert kit == EXPECTED[name]
+    assert kit == scenarios.EXPECTED[name]
     assert one_file == kit
 
 

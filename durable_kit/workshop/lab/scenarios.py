@@ -11,14 +11,16 @@ the learner's parts the same way.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import signal
 import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 ENGINES = {"kit": "durable_kit", "mini": "durable_kit.mini"}
 LEASE = 1.0  # seconds: a dead owner's workflow waits this long on the engine that waits out every lease
@@ -132,8 +134,8 @@ class Run:
     """One scenario on one engine, in ``folder``: the journal, the workflow files and the workers it starts."""
 
     def __init__(self, engine: str, folder: Path, parts: dict[str, tuple[Path, str]] | None = None,
-                 lease: float = LEASE):
-        self.engine, self.lease, self.parts = engine, lease, parts or {}
+                 lease: float = LEASE, timeout: float = 60):
+        self.engine, self.lease, self.parts, self.timeout = engine, lease, parts or {}, timeout
         self.api = importlib.import_module(ENGINES[engine])
         folder.mkdir(parents=True, exist_ok=True)
         self.db, self.flows = folder / "work.db", folder / "flows.py"
@@ -159,16 +161,17 @@ class Run:
                                 text=True)
 
     def settle(self, workflow_id: str = "w1", until: tuple[str, ...] = SETTLED, flows: Path | None = None,
-               timeout: float = 60) -> list[int]:
+               timeout: float | None = None) -> list[int]:
         """``--until-idle`` workers, one after another, until the workflow's status is in ``until``; their exit codes.
 
         A worker finds nothing due while a dead owner's lease lasts, or before a retry or timer time: the next tries."""
+        timeout = timeout or self.timeout
         codes, deadline = [], time.monotonic() + timeout
         while not codes or self.status(workflow_id) not in until:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{self.engine}: {workflow_id} still {self.status(workflow_id)} after {timeout} s")
             done = subprocess.run(self.command("--until-idle", flows=flows), capture_output=True, text=True,
-                                  timeout=timeout)
+                                  timeout=timeout + 30)
             if done.stderr.strip() and done.returncode >= 0:
                 raise RuntimeError(f"{self.engine} worker wrote to stderr: {done.stderr}")
             codes.append(done.returncode)
@@ -344,14 +347,82 @@ SCENARIOS: dict[str, Callable[[Run], dict]] = {
 }
 
 
+THREE = [["s1", "complete", 1], ["s2", "complete", 1], ["s3", "complete", 1]]
+ONCE_EACH = {"s1": 1, "s2": 1, "s3": 1}
+APPROVED = [["draft", "complete", 1], ["publish", "complete", 1]]
+# What the kit leaves in each scenario (tests/test_mini.py proves it, and that the engine in one file leaves the same).
+EXPECTED = {
+    "clean": {"status": "complete", "steps": THREE, "calls": ONCE_EACH, "workers": [0]},
+    "crash after the activity": {  # exit 13 after s2's call: s2 runs again, as attempt 2
+        "status": "complete", "steps": [THREE[0], ["s2", "complete", 2], THREE[2]],
+        "calls": {"s1": 1, "s2": 2, "s3": 1}, "first_worker": 13},
+    "crash after the commit": {"status": "complete", "steps": THREE, "calls": ONCE_EACH, "first_worker": -9},
+    "transient failure retried": {  # the retry time is a row: a worker before it finds nothing due
+        "status": "complete", "steps": [["fetch", "complete", 2]], "calls": {"fetch": 2}, "first_worker": [0],
+        "early_worker": [0], "calls_before_the_retry_time": 1, "retry_after_its_delay": True},
+    "crash loop escalates": {  # three workers die in the step; the fourth escalates it without a call
+        "status": "escalated", "steps": [["boom", "failed", 3]], "calls": {"boom": 3}, "killed_workers": 3,
+        "last_worker": 0},
+    "paused owner's write refused": {  # its activity ran, its write did not, and it started nothing more
+        "status": "complete", "steps": [["work", "complete", 2], ["then", "complete", 1]],
+        "calls": {"work": 2, "then": 1}, "owner_exit": 0, "owner_said_lease_lost": True,
+        "stored_by": ["standby", "standby"]},
+    "approval": {
+        "status": "complete", "steps": APPROVED, "calls": {"draft": 1, "publish": 1},
+        "before_the_decision": [[0], "waiting"], "decisions": [[True, "Dana", "sources are sound", "review", True]],
+        "workers": [0]},
+    "activity 2.5 leases long": {  # the heartbeat keeps the lease: the standby never takes the workflow
+        "status": "complete", "steps": [["work", "complete", 1]], "calls": {"work": 1}, "owner_said": "w1: complete",
+        "standby_ran_it": False},
+    "durable timer": {
+        "status": "complete", "steps": [["before", "complete", 1], ["after", "complete", 1]],
+        "calls": {"before": 1, "after": 1}, "first_worker": [0], "early_worker": [0], "calls_before_the_time": 1,
+        "after_the_time": True},
+    "renamed step blocks": {  # nothing after the renamed step ran
+        "status": "blocked", "steps": [["draft", "complete", 1]], "calls": {"draft": 1},
+        "workers_on_the_changed_code": [0]},
+    "worker drains three": {
+        "status": "complete", "steps": THREE, "calls": {"s1": 3, "s2": 3, "s3": 3}, "worker": 0,
+        "statuses": ["complete"] * 3, "calls_in_all": 9},
+    "wait decided twice": {  # the second approval returns the first; a rejection after it is refused
+        "status": "complete", "steps": APPROVED, "calls": {"draft": 1, "publish": 1},
+        "decisions": [[True, "Dana", "", "review", True], [True, "Dana", "", "review", False]],
+        "late_rejection": "DecisionConflict", "workers": [0]},
+}
 LEASES = {"activity 2.5 leases long": 2.0}  # a longer lease, so a loaded machine's late heartbeat still renews it
 
 
-def run(name: str, engine: str, folder: Path, parts: dict[str, tuple[Path, str]] | None = None) -> dict:
-    """Scenario ``name`` on ``engine`` (``kit`` or ``mini``, with ``parts`` plugged in) in a fresh ``folder``."""
-    scenario_run = Run(engine, Path(folder), parts, LEASES.get(name, LEASE))
+@contextmanager
+def plugged(parts: dict[str, tuple[Path, str]] | None) -> Iterator[None]:
+    """In this process too, each of ``parts`` (``{name: (file, function)}``) in place of the engine's own, for the
+    block: ``approve`` and ``reject`` run here, not in a worker, and call ``decide_wait``."""
+    from ... import mini
+
+    before = {name: getattr(mini, name) for name in parts or {}}
+    for name, (path, function) in (parts or {}).items():
+        setattr(mini, name, function_in(path, function))
     try:
-        return SCENARIOS[name](scenario_run)
+        yield
+    finally:
+        for name, part in before.items():
+            setattr(mini, name, part)
+
+
+def function_in(path: str | Path, name: str) -> Callable:
+    """Function ``name`` of the Python file at ``path``, read afresh (an edited file is read again)."""
+    spec = importlib.util.spec_from_file_location(f"part_{Path(path).stem}_{time.monotonic_ns()}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, name)
+
+
+def run(name: str, engine: str, folder: Path, parts: dict[str, tuple[Path, str]] | None = None,
+        timeout: float = 60) -> dict:
+    """Scenario ``name`` on ``engine`` (``kit`` or ``mini``, with ``parts`` plugged in) in a fresh ``folder``."""
+    scenario_run = Run(engine, Path(folder), parts, LEASES.get(name, LEASE), timeout)
+    try:
+        with plugged(parts):
+            return SCENARIOS[name](scenario_run)
     finally:
         scenario_run.journal.conn.close()
 
@@ -361,7 +432,7 @@ def side_by_side(folder: Path, parts: dict[str, tuple[Path, str]] | None = None,
     """Every scenario (or ``names``) on both engines, two at a time: ``{scenario: {"kit": seen, "mini": seen}}``."""
     names = list(SCENARIOS) if names is None else names
     jobs = [(name, engine) for name in names for engine in ("kit", "mini")]
-    with ThreadPoolExecutor(max_workers=2) as pool:
+    with plugged(parts), ThreadPoolExecutor(max_workers=2) as pool:
         seen = pool.map(lambda job: run(job[0], job[1], Path(folder) / job[1] / job[0].replace(" ", "-"),
                                         parts if job[1] == "mini" else None), jobs)
         results: dict[str, dict[str, dict]] = {}

@@ -6,7 +6,9 @@ line. The line starts with one of three words, the same in every notebook:
 ``pass:`` for a right answer; ``not quite:`` for a wrong one, followed by what
 was expected (the exception, the key, the return shape) and a hint; ``not
 yet:`` only while the exercise's stub is unchanged (``...``, or a function that
-raises ``NotImplementedError``).
+raises ``NotImplementedError``). The parts of the engine in one file that
+notebooks 02, 03, 04 and 06 have the learner write are checked the same way,
+in ``parts.py``.
 """
 from __future__ import annotations
 
@@ -17,13 +19,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ...core.journal import Journal
-from ...core.state import record_step
-from ...core.store import immediate
 
 PASS, NOT_YET, NOT_QUITE = "pass:", "not yet:", "not quite:"
 
 
-def _report(problem: str | None, success: str) -> None:
+def report(problem: str | None, success: str) -> None:
+    """Print the check's one line: ``problem`` (its verdict word first), or ``pass:`` and ``success``."""
     print(f"{PASS} {success}" if problem is None else problem)
 
 
@@ -39,18 +40,18 @@ PREDICT_NEEDED = 7  # the model calls notebook 00's task needs once
 def check_predicted_calls(prediction: Any, ledger_count: int) -> None:
     """Compare a predicted number of model calls with the count the ledger recorded."""
     if _not_done(prediction):
-        return _report(f"{NOT_YET} replace ... with your prediction, an int, and run this cell again", "")
+        return report(f"{NOT_YET} replace ... with your prediction, an int, and run this cell again", "")
     if isinstance(prediction, bool) or not isinstance(prediction, int):
-        return _report(f"{NOT_QUITE} the prediction should be an int, got {type(prediction).__name__} "
+        return report(f"{NOT_QUITE} the prediction should be an int, got {type(prediction).__name__} "
                        f"{prediction!r}", "")
     if prediction != ledger_count:
         why = ("a restart does not resume where the crash happened: nothing was kept, so every attempt "
                "starts again at plan" if prediction <= PREDICT_NEEDED else
                "write down, attempt by attempt, the calls made before that attempt's crash point fires "
                "(a crash point after a call fires once that call returned); every attempt starts again at plan")
-        return _report(f"{NOT_QUITE} you predicted {prediction} model calls, the ledger counted {ledger_count}. "
+        return report(f"{NOT_QUITE} you predicted {prediction} model calls, the ledger counted {ledger_count}. "
                        f"Hint: {why}.", "")
-    return _report(None, f"{prediction} model calls, as the ledger counted")
+    return report(None, f"{prediction} model calls, as the ledger counted")
 
 
 # --- notebook 01: kill it harder ---------------------------------------------------------------
@@ -90,34 +91,34 @@ def check_kill_after_fetch(kill_after_fetch: Callable[[Path], Any], predictions:
         try:
             returned = kill_after_fetch(db)
         except NotImplementedError:
-            return _report(f"{NOT_YET} write my_kill_after_fetch(db), then run this cell again", "")
+            return report(f"{NOT_YET} write my_kill_after_fetch(db), then run this cell again", "")
         except Exception as error:  # the learner's code: say what broke and carry on
-            return _report(f"{NOT_QUITE} kill_after_fetch raised {type(error).__name__}: {error}", "")
+            return report(f"{NOT_QUITE} kill_after_fetch raised {type(error).__name__}: {error}", "")
         state = saved_state(db)
         fired = _fault_events(db)
     if fired != ["after_fetch (kill)"]:
-        return _report(f"{NOT_QUITE} the database should show one crash point fired, 'after_fetch (kill)'; "
+        return report(f"{NOT_QUITE} the database should show one crash point fired, 'after_fetch (kill)'; "
                        f"it shows {fired}. Hint: arm(conn, 'after_fetch', 'kill') before the first attempt.", "")
     if state != KILL_EXPECTED_STATE:
-        return _report(f"{NOT_QUITE} after the second attempt the run should be {KILL_EXPECTED_STATE}, "
+        return report(f"{NOT_QUITE} after the second attempt the run should be {KILL_EXPECTED_STATE}, "
                        f"it is {state}. Hint: disarm_all(conn), then run a second attempt.", "")
     if not (isinstance(returned, tuple) and len(returned) == 2):
-        return _report(f"{NOT_QUITE} return (first exit code, saved_state(db)), got {returned!r}", "")
+        return report(f"{NOT_QUITE} return (first exit code, saved_state(db)), got {returned!r}", "")
     exit_code, returned_state = returned
     if exit_code != -9:
-        return _report(f"{NOT_QUITE} the first exit code you returned is {exit_code!r}; a process killed by "
+        return report(f"{NOT_QUITE} the first exit code you returned is {exit_code!r}; a process killed by "
                        "SIGKILL reports -9 to subprocess. Hint: return what attempt_in_child gave you.", "")
     if returned_state != state:
-        return _report(f"{NOT_QUITE} you returned {returned_state}, the database holds {state}: "
+        return report(f"{NOT_QUITE} you returned {returned_state}, the database holds {state}: "
                        "return saved_state(db) read after the second attempt.", "")
     if predictions is not None:
         wrong = [f"{key}: you predicted {predictions.get(key)!r}, it was {truth}"
                  for key, truth in (("exit_code", -9), ("source_calls", 2)) if predictions.get(key) != truth]
         if wrong:
-            return _report(f"{NOT_QUITE} your code is right, your predictions are not: {'; '.join(wrong)}. "
+            return report(f"{NOT_QUITE} your code is right, your predictions are not: {'; '.join(wrong)}. "
                            "Hint: subprocess reports death by signal N as -N; where the process died decides "
                            "what repeats, not how.", "")
-    return _report(None, "SIGKILL at after_fetch: exit code -9, two source calls, one passage, one finding")
+    return report(None, "SIGKILL at after_fetch: exit code -9, two source calls, one passage, one finding")
 
 
 def _fault_events(db: Path) -> list[str]:
@@ -126,142 +127,6 @@ def _fault_events(db: Path) -> list[str]:
         return [row[0] for row in conn.execute("SELECT detail FROM history WHERE event = 'fault_fired' ORDER BY seq")]
     finally:
         conn.close()
-
-
-# --- notebook 02: write execute_step -----------------------------------------------------------
-
-def check_execute_step(execute_step: Callable) -> None:
-    """Check an ``execute_step(journal, workflow_id, name, activity)`` written in notebook 02.
-
-    It must run the activity once, store its output, return the stored output
-    on a replay without running the activity, and never replace an output
-    that another process committed while its own activity ran.
-    """
-    with tempfile.TemporaryDirectory(prefix="exercise-02-") as folder:
-        try:
-            problem = _execute_step_problem(execute_step, Path(folder) / "check.db")
-        except NotImplementedError:
-            problem = f"{NOT_YET} write my_execute_step, then run this cell again"
-    _report(problem, "execute_step runs the activity once, stores its output, a replay reuses it, "
-                     "and it never replaces a stored output")
-
-
-def _execute_step_problem(execute_step: Callable, db: Path) -> str | None:
-    journal = Journal(db)
-    try:
-        journal.start("exercise", {"topic": "t"}, "exercise-1", registered_elsewhere=True)  # never run as a whole
-        runs = []
-
-        def activity() -> dict:
-            runs.append(1)
-            return {"subtopics": ["a", "b"], "run": len(runs)}
-
-        try:
-            first = execute_step(journal, "exercise-1", "plan", activity)
-        except NotImplementedError:
-            raise
-        except Exception as error:
-            return f"{NOT_QUITE} the first call raised {type(error).__name__}: {error}"
-        if len(runs) != 1:
-            return f"{NOT_QUITE} the first call should run the activity once; it ran {len(runs)} times"
-        if first != {"subtopics": ["a", "b"], "run": 1}:
-            return f"{NOT_QUITE} the first call should return the activity's output, got {first!r}"
-        stored = [s for s in journal.steps("exercise-1") if s["name"] == "plan"]
-        if not stored or stored[0]["status"] != "complete":
-            return f"{NOT_QUITE} the step's row should be stored with status 'complete'; the steps table has {stored}"
-        if stored[0]["output"] != first:
-            return f"{NOT_QUITE} the stored output {stored[0]['output']!r} should equal the returned {first!r}"
-        again = execute_step(journal, "exercise-1", "plan", activity)
-        if len(runs) != 1:
-            return (f"{NOT_QUITE} a replay ran the activity again: look up the complete step first and "
-                    "return its stored output")
-        if again != first:
-            return f"{NOT_QUITE} a replay should return {first!r}, got {again!r}"
-        return _race_problem(execute_step, journal)
-    finally:
-        journal.close()
-
-
-def _race_problem(execute_step: Callable, journal: Journal) -> str | None:
-    """Another process commits the step while this one's activity runs: its output must stay."""
-    theirs = {"written_by": "another process"}
-
-    def slow_activity() -> dict:
-        other = sqlite3.connect(journal.path, isolation_level=None)
-        with immediate(other):
-            record_step(other, "exercise-1", "analyze", None, json.dumps(theirs), None)
-        other.close()
-        return {"written_by": "this process"}
-
-    hint = ("Hint: inside the transaction, look for a complete row again; if another process committed "
-            "the step meanwhile, keep its output and return it. Never replace a stored output.")
-    try:
-        got = execute_step(journal, "exercise-1", "analyze", slow_activity)
-    except Exception as error:
-        return (f"{NOT_QUITE} when another process had already stored the step, your execute_step raised "
-                f"{type(error).__name__}: {error}. {hint}")
-    stored = [s["output"] for s in journal.steps("exercise-1") if s["name"] == "analyze"]
-    if stored != [theirs]:
-        return f"{NOT_QUITE} the stored output was replaced: it is now {stored}. {hint}"
-    if got != theirs:
-        return (f"{NOT_QUITE} you returned {got!r} while the journal holds {theirs!r}: every caller must see "
-                f"the one recorded outcome. {hint}")
-    return None
-
-
-# --- notebook 03: classify a provider's responses ----------------------------------------------
-
-CLASSIFY_RESPONSES = [
-    {"status": 503, "message": "service unavailable", "sends": False},
-    {"status": 429, "message": "too many requests", "retry_after": 2, "sends": False},
-    {"status": 400, "message": "reference 12 was not returned by retrieval", "sends": False},
-    {"status": 200, "body": "Sure! Northwind relies on one supplier for its capacitors.", "sends": False},
-    {"status": None, "message": "connection reset after the request was sent", "sends": False},
-    {"status": None, "message": "connection reset after the request was sent", "sends": True},
-    {"status": 403, "message": "content policy: the request asks for a customer's home address", "sends": False},
-    {"status": 504, "message": "gateway timeout: the upstream may have processed the request", "sends": True},
-]
-CLASSIFY_PATHS = ["retry after 1 s", "retry after 2 s", "repair once, then escalate", "repair once, then fallback",
-                  "retry after 1 s", "escalate to reconcile", "stop", "escalate to reconcile"]
-
-
-def path_of(error: BaseException) -> str:
-    """The path execute_step takes after a first failure with ``error``, given a repair and a fallback."""
-    from ...core.retries import FormatFailure, InvalidRequest, RetryPolicy, decide
-
-    if isinstance(error, FormatFailure):
-        return "repair once, then fallback"
-    if isinstance(error, InvalidRequest):
-        return "repair once, then escalate"
-    decision = decide(error, 1, RetryPolicy(base_delay=1.0), budget_left=10)
-    return {"retry": f"retry after {decision.delay:g} s", "reconcile": "escalate to reconcile"}.get(
-        decision.path, decision.path)
-
-
-def check_classify(classify: Callable[[dict], BaseException]) -> None:
-    """Run the learner's ``classify`` on every response and compare the path its exception takes."""
-    wrong = []
-    for response, needed in zip(CLASSIFY_RESPONSES, CLASSIFY_PATHS):
-        try:
-            error = classify(response)
-        except NotImplementedError:
-            return _report(f"{NOT_YET} write my_classify, then run this cell again", "")
-        except Exception as raised:
-            return _report(f"{NOT_QUITE} classify({response}) raised {type(raised).__name__}: {raised}. "
-                           "Return the exception, do not raise it.", "")
-        if not isinstance(error, BaseException):
-            return _report(f"{NOT_QUITE} classify({response}) returned {error!r}; return an exception "
-                           "instance such as Transient(response['message'])", "")
-        got = path_of(error)
-        if got != needed:
-            wrong.append(f"status {response['status']} (sends: {response['sends']}) got "
-                         f"{type(error).__name__}, which takes the path {got!r}; it needs {needed!r}")
-    if wrong:
-        return _report(f"{NOT_QUITE} {len(wrong)} of {len(CLASSIFY_RESPONSES)} responses take the wrong path: "
-                       + "; ".join(wrong) + ". Hint: first ask whether a usable answer arrived, then whether "
-                       "the request changes something outside (sends): a request that sends and got no clear "
-                       "answer may already have done its work.", "")
-    return _report(None, f"all {len(CLASSIFY_RESPONSES)} responses take the path they need")
 
 
 # --- notebook 09: find the double charge, then fix it ------------------------------------------
@@ -335,15 +200,15 @@ def check_boundary(boundary: Any, rows: list[dict]) -> None:
     points = [row["point"] for row in rows[1:]]
     if _not_done(boundary) or boundary not in points:
         verdict = NOT_YET if _not_done(boundary) else NOT_QUITE
-        return _report(f"{verdict} {boundary!r} is not a boundary of the checkout; set my_boundary to one "
+        return report(f"{verdict} {boundary!r} is not a boundary of the checkout; set my_boundary to one "
                        "of the points printed above, a str such as \"next_step\"", "")
     row = next(r for r in rows[1:] if r["point"] == boundary)
     needed = _charges(rows[0])
     if _charges(row) <= needed:
-        return _report(f"{NOT_QUITE} a worker killed at {boundary} left {_charges(row)} charges for "
+        return report(f"{NOT_QUITE} a worker killed at {boundary} left {_charges(row)} charges for "
                        f"{len(CHECKOUT_ORDERS)} bookings, as many as the clean run. Hint: the window is after the "
                        "processor acted and before the step's output was committed", "")
-    return _report(None, f"a worker killed at {boundary} left {_charges(row)} charges for {len(CHECKOUT_ORDERS)} "
+    return report(None, f"a worker killed at {boundary} left {_charges(row)} charges for {len(CHECKOUT_ORDERS)} "
                          "bookings: one booking was charged twice")
 
 
@@ -351,134 +216,41 @@ def check_charge(charge: Callable, folder: str | Path | None = None) -> None:
     """Run two checkouts with ``charge`` in real workers, clean and killed around the charge; pass if each
     booking was charged exactly once every time."""
     if _not_done(charge):
-        return _report(f"{NOT_YET} define my_charge(wf, cards, booking, amount) with def, then run this cell again",
+        return report(f"{NOT_YET} define my_charge(wf, cards, booking, amount) with def, then run this cell again",
                        "")
     if not callable(charge):
-        return _report(f"{NOT_QUITE} expected a function my_charge(wf, cards, booking, amount) that returns the "
+        return report(f"{NOT_QUITE} expected a function my_charge(wf, cards, booking, amount) that returns the "
                        f"receipt, got {type(charge).__name__}", "")
     if charge.__name__ == "<lambda>":
-        return _report(f"{NOT_QUITE} write my_charge with def in a cell: it is saved to charges.py, and a lambda "
+        return report(f"{NOT_QUITE} write my_charge with def in a cell: it is saved to charges.py, and a lambda "
                        "cannot be", "")
     with tempfile.TemporaryDirectory(prefix="check-charge-") as spare:
         where = Path(folder) if folder is not None else Path(spare)
         try:
             clean = checkout_rows(charge, where / "clean", points=[])[0]
         except Exception as error:  # the checkout did not even start: say why, and keep the notebook going
-            return _report(f"{NOT_QUITE} the checkout could not run: {error}", "")
+            return report(f"{NOT_QUITE} the checkout could not run: {error}", "")
         needed = len(CHECKOUT_ORDERS)
         if clean["status"] != "complete":
             errors = "; ".join(f"{i}: {e}" for i, e in (clean["error"] or {}).items())
             if "NotImplementedError" in errors:
-                return _report(f"{NOT_YET} write my_charge, then run this cell again", "")
-            return _report(f"{NOT_QUITE} without any crash the checkouts ended {clean['status']}: {errors}. "
+                return report(f"{NOT_YET} write my_charge, then run this cell again", "")
+            return report(f"{NOT_QUITE} without any crash the checkouts ended {clean['status']}: {errors}. "
                            "Hint: return the processor's receipt, a dict with 'effect_id'", "")
         if _charges(clean) != needed:
-            return _report(f"{NOT_QUITE} without any crash the processor made {_charges(clean)} charges for "
+            return report(f"{NOT_QUITE} without any crash the processor made {_charges(clean)} charges for "
                            f"{needed} bookings. Hint: ask only about this booking's charges: "
                            "cards.effects(\"charge\", booking=booking); another booking's charge is not this one's",
                            "")
         rows = checkout_rows(charge, where / "crashes", points=CHARGE_POINTS)[1:]
     wrong = [(r["point"], _charges(r), r["status"]) for r in rows if _charges(r) != needed or r["status"] != "complete"]
     if wrong:
-        return _report(f"{NOT_QUITE} after a crash, (point, charges for {needed} bookings, status) = {wrong}. Hint: "
+        return report(f"{NOT_QUITE} after a crash, (point, charges for {needed} bookings, status) = {wrong}. Hint: "
                        "ask the processor for this booking's charges before sending (reconcile_then_send), and "
                        "return the receipt either way", "")
-    return _report(None, f"{charge.__name__} charged each of {needed} bookings once, without a crash and after a "
+    return report(None, f"{charge.__name__} charged each of {needed} bookings once, without a crash and after a "
                          f"crash at each of {len(CHARGE_POINTS)} boundaries")
 
-# --- notebook 04: an approval rule in code -----------------------------------------------------
-
-APPROVAL_CASES = ((0.95, True), (0.9, True), (0.89, None), (0.5, None))  # confidence, automatic approval?
-# What a rule between steps must not read: it runs again on every replay, at another time.
-UNSTABLE_READS = {("time", name) for name in ("time", "time_ns", "localtime", "gmtime", "ctime", "strftime",
-                                              "monotonic", "perf_counter", "process_time")}
-UNSTABLE_READS |= {("datetime", name) for name in ("now", "utcnow", "today", "fromtimestamp")}
-UNSTABLE_READS |= {("io", "open"), ("builtins", "open"), ("posix", "getenv"), ("os", "getenv"),
-                   ("_random", "random"), ("random", "random"), ("posix", "urandom")}
-
-
-def _unstable_read(function: Any) -> str | None:
-    """``module.name`` of a clock, file, environment or randomness function, or None."""
-    owner = getattr(function, "__self__", None)
-    module = getattr(function, "__module__", None) or getattr(owner, "__module__", None)
-    if isinstance(owner, type) and module == "datetime":
-        found = (module, function.__name__) in UNSTABLE_READS
-        return f"datetime.{owner.__name__}.{function.__name__}" if found else None
-    key = (module, getattr(function, "__name__", None))
-    return f"{module}.{key[1]}" if key in UNSTABLE_READS else None
-
-
-def _reads_while(rule: Callable[[dict], Any], request: dict) -> tuple[Any, list[str]]:
-    """Call ``rule(request)``; return its answer and the clock, file or randomness functions it called."""
-    import sys
-
-    seen: list[str] = []
-
-    def profile(frame, event, arg):
-        if event == "c_call":
-            name = _unstable_read(arg)
-            if name and name not in seen:
-                seen.append(name)
-        elif (event == "call" and frame.f_code.co_name in ("getenv", "__getitem__")
-              and frame.f_globals.get("__name__") == "os" and "os.environ" not in seen):
-            seen.append("os.environ")
-
-    previous = sys.getprofile()
-    sys.setprofile(profile)
-    try:
-        answer = rule(request)
-    finally:
-        sys.setprofile(previous)
-    return answer, seen
-
-
-def check_approval_rule(rule: Callable[[dict], Any]) -> None:
-    """Run ``rule(request)`` on four requests, twice each as two replays would; print pass or what is wrong.
-
-    A right rule approves at confidence 0.9 and above with a decision
-    ``{"approved": True, "by": ..., "comment": ...}``, returns None below it
-    (a person decides), answers the same every time, and reads only the
-    request and constants: a rule that calls the clock, opens a file, reads
-    the environment or draws a random number is refused even when its two
-    answers happen to agree, because a replay at another time may not.
-    """
-    if _not_done(rule):
-        return _report(f"{NOT_YET} define my_approval_rule(request), then run this cell again", "")
-    hint_inputs = "Hint: the request is a dict with 'recommendation', 'confidence' and 'evidence'."
-    for confidence, approved in APPROVAL_CASES:
-        request = {"recommendation": "Proceed.", "confidence": confidence, "evidence": []}
-        try:
-            first, reads = _reads_while(rule, dict(request))
-            second, more = _reads_while(rule, dict(request))
-        except NotImplementedError:
-            return _report(f"{NOT_YET} my_approval_rule still raises NotImplementedError: write its body, "
-                           "then run its cell again", "")
-        except Exception as error:  # the learner's code: say what broke and carry on
-            return _report(f"{NOT_QUITE} your rule raised {type(error).__name__}: {error}. {hint_inputs}", "")
-        reads = reads + [name for name in more if name not in reads]
-        if reads:
-            return _report(f"{NOT_QUITE} your rule called {', '.join(reads)}. It runs again on every replay, "
-                           "at another time, so a replay may take the other branch. Hint: read only the request "
-                           "and constants; a rule that needs the clock or a file reads it in a step, so its "
-                           "answer is stored once.", "")
-        if first != second:
-            return _report(f"{NOT_QUITE} two replays got different answers at confidence {confidence}: "
-                           f"{first!r} / {second!r}. Hint: keep no state between calls; read only the request "
-                           "and constants.", "")
-        if approved is None and first is not None:
-            return _report(f"{NOT_QUITE} confidence {confidence} should go to a person: return None, not "
-                           f"{first!r} (a rejection is a person's decision too).", "")
-        if approved and not (isinstance(first, dict) and first.get("approved") is True):
-            return _report(f"{NOT_QUITE} confidence {confidence} should be approved automatically (the "
-                           f"threshold is included: at least 0.9), got {first!r}", "")
-        if approved and set(first) != {"approved", "by", "comment"}:
-            return _report(f"{NOT_QUITE} decide with exactly the fields a person's decision has (approved, by, "
-                           f"comment), got {sorted(first)}", "")
-        if approved and not (isinstance(first["by"], str) and first["by"]):
-            return _report(f"{NOT_QUITE} say who decided in 'by' (for example 'rule: confidence >= 0.9'), got "
-                           f"{first['by']!r}", "")
-    return _report(None, "approves at 0.9 and above, leaves the rest to a person, and reads only the request "
-                         "and constants")
 # --- notebook 08: the search tool as a step -----------------------------------------------------------
 
 SEARCH_CASE = "three_companies_fy2025"
@@ -555,15 +327,15 @@ def _kit_search_answer(folder: Path) -> tuple[dict, dict, list]:
 def check_search_step(search: Callable) -> None:
     """Run the learner's ``search(wf, turn, args)`` as the loop's search tool in killed and restarted workers."""
     if _not_done(search):
-        return _report(f"{NOT_YET} define my_search(wf, turn, args), then run this cell again", "")
+        return report(f"{NOT_YET} define my_search(wf, turn, args), then run this cell again", "")
     if not callable(search) or getattr(search, "__name__", "<lambda>") == "<lambda>":
-        return _report(f"{NOT_QUITE} write my_search(wf, turn, args) with def in a cell: it is saved to a module "
+        return report(f"{NOT_QUITE} write my_search(wf, turn, args) with def in a cell: it is saved to a module "
                        "that the worker processes import, and only a def can be", "")
     with tempfile.TemporaryDirectory(prefix="exercise-08-") as folder:
         kit_answer, args, hits = _kit_search_answer(Path(folder))
         runs = run_search_exercise(search, folder)
     problem = _search_problem(runs, kit_answer, args, hits)
-    _report(problem, f"one step turn:1:search per run; killed before its commit the search ran "
+    report(problem, f"one step turn:1:search per run; killed before its commit the search ran "
                      f"{runs['killed-before']['searches']} times, after it {runs['killed-after']['searches']} time; "
                      "every run gave the kit's answer")
 
@@ -639,7 +411,7 @@ def check_resume_context(resume: Callable) -> None:
     ``"evidence"``, the cited passages' ``to_dict()``), and raise an error
     naming the finding and the passage when a citation is not in the store.
     """
-    _report(_resume_problem(resume), "the next input holds the saved state and nothing else, and a dangling "
+    report(_resume_problem(resume), "the next input holds the saved state and nothing else, and a dangling "
                                      "citation is refused by name")
 
 
@@ -740,93 +512,23 @@ def check_notify(notify: Callable) -> None:
     try:
         counts = run_notify_exercise(notify)
     except NotImplementedError:
-        return _report(f"{NOT_YET} my_notify still raises NotImplementedError: write its body, then run its cell "
+        return report(f"{NOT_YET} my_notify still raises NotImplementedError: write its body, then run its cell "
                        "again", "")
     except Exception as error:
-        return _report(f"{NOT_QUITE} your function raised {type(error).__name__}: {error}. It should run one step "
+        return report(f"{NOT_QUITE} your function raised {type(error).__name__}: {error}. It should run one step "
                        "named 'notify' and return that step's output (what the notifier's send returned)", "")
     keys = counts["delivery keys"]
     if counts["attempts"] != 2:
-        return _report(f"{NOT_QUITE} the notify step ran {counts['attempts']} time(s), not 2. Hint: send inside "
+        return report(f"{NOT_QUITE} the notify step ran {counts['attempts']} time(s), not 2. Hint: send inside "
                        "one wf.execute_step named 'notify', so the replay repeats exactly that step", "")
     if len(keys) > 1 and None not in keys and len(set(keys)) == len(keys):
-        return _report(f"{NOT_QUITE} each attempt sent a new key ({keys}), so the notifier saw {len(keys)} "
+        return report(f"{NOT_QUITE} each attempt sent a new key ({keys}), so the notifier saw {len(keys)} "
                        "different messages. Hint: a key names what the workflow does, never the attempt", "")
     if len(keys) != 1:
-        return _report(f"{NOT_QUITE} {counts['requests']} requests reached the notifier and the customer got "
+        return report(f"{NOT_QUITE} {counts['requests']} requests reached the notifier and the customer got "
                        f"{len(keys)} messages. Hint: it takes both halves: a key, and a notifier that deduplicates "
                        "by it", "")
     if keys[0] != "notify-1:notify":
-        return _report(f"{NOT_QUITE} the key was {keys[0]!r}. Hint: make it from the workflow and the action, "
+        return report(f"{NOT_QUITE} the key was {keys[0]!r}. Hint: make it from the workflow and the action, "
                        "so two workflows never share one", "")
-    return _report(None, f"{counts['requests']} requests, 1 delivery, key 'notify-1:notify'")
-
-
-# --- notebook 06: fence a write -----------------------------------------------------------------------
-
-def run_fenced_write(save: Callable) -> dict:
-    """worker-a's lease on ``w001`` is superseded by worker-b's; both call ``save``. What each write did."""
-    from ...core.leases import LeaseLost, grant
-
-    journal = Journal(Path(tempfile.mkdtemp(prefix="fence-")) / "fence.db")
-    journal.start("shared_work", {"steps": 1, "seconds": 0}, "w001")
-    with immediate(journal.conn):
-        old = grant(journal.conn, "w001", "worker-a", seconds=30)
-    with immediate(journal.conn):
-        new = grant(journal.conn, "w001", "worker-b", seconds=30, only_if_due=False)  # a takeover: token + 1
-    try:
-        save(journal.conn, old, "work:1", {"by": "worker-a"})
-        stale = "stored"
-    except LeaseLost:
-        stale = "refused"
-    except NotImplementedError:
-        raise
-    except Exception as error:  # refused, but not the way the journal's callers expect
-        stale = f"{type(error).__name__}: {error}"
-    stale_changed = journal.steps("w001") != []
-    outcome = {"tokens": (old.token, new.token), "stale write": stale, "stale write changed steps": stale_changed,
-               "current output": None, "token read inside the write's transaction": False}
-    if stale_changed:  # the stale write took the step's place: the current owner's write cannot be tried
-        return outcome
-    statements: list[str] = []
-    journal.conn.set_trace_callback(statements.append)  # every SQL statement the next call runs
-    save(journal.conn, new, "work:1", {"by": "worker-b"})
-    journal.conn.set_trace_callback(None)
-    steps = journal.steps("w001")
-    inside = statements[statements.index("BEGIN IMMEDIATE"):] if "BEGIN IMMEDIATE" in statements else []
-    inside = inside[:inside.index("COMMIT")] if "COMMIT" in inside else inside
-    return {**outcome, "current output": steps[0]["output"] if len(steps) == 1 else None,
-            "token read inside the write's transaction": any("fencing_token" in s for s in inside)}
-
-
-def check_fenced_write(save: Callable) -> None:
-    """Run ``save`` as ``run_fenced_write`` does; print pass, or what is wrong and a hint."""
-    from ...core.leases import LeaseLost
-
-    try:
-        outcome = run_fenced_write(save)
-    except NotImplementedError:
-        return _report(f"{NOT_YET} my_save_output still raises NotImplementedError: write its body, then run its "
-                       "cell again", "")
-    except LeaseLost as error:  # not an Exception: workflow code must not swallow it
-        return _report(f"{NOT_QUITE} the current owner's write was refused too ({error}). Hint: refuse only a "
-                       "token older than the workflow's fencing_token", "")
-    except Exception as error:
-        return _report(f"{NOT_QUITE} your function raised {type(error).__name__}: {error}", "")
-    old, new = outcome["tokens"]
-    if outcome["stale write"] not in ("stored", "refused"):
-        return _report(f"{NOT_QUITE} for worker-a's stale token {old} your function raised {outcome['stale write']}; "
-                       "raise LeaseLost (from durable_kit) and change nothing: a worker stops working on a workflow "
-                       "only for LeaseLost. Hint: check_lease(conn, lease) raises it", "")
-    if outcome["stale write"] == "stored":
-        return _report(f"{NOT_QUITE} worker-a wrote with token {old} after token {new} was granted to worker-b. "
-                       "Hint: a write is allowed only while its lease's token is the workflow's current one", "")
-    if outcome["stale write changed steps"]:
-        return _report(f"{NOT_QUITE} the refused write changed the steps table. Hint: check before you write, in "
-                       "one transaction", "")
-    if outcome["current output"] != {"by": "worker-b"}:
-        return _report(f"{NOT_QUITE} the current owner's write was not stored: {outcome['current output']}", "")
-    if not outcome["token read inside the write's transaction"]:
-        return _report(f"{NOT_QUITE} the token was not read inside the write's transaction: checked before BEGIN, "
-                       "the lease can pass to another owner in between", "")
-    return _report(None, f"refused token {old}; stored worker-b's output with token {new}")
+    return report(None, f"{counts['requests']} requests, 1 delivery, key 'notify-1:notify'")

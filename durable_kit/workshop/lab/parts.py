@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator
 
 from ... import mini
 from . import scenarios
-from .checks import NOT_QUITE, NOT_YET, _report
+from .checks import NOT_QUITE, NOT_YET, report
 
 # part -> (notebook, the learner's file in that notebook's scratch folder, the learner's function)
 ANSWERS = {"run_step": ("02", "my_step.py", "my_run_step"), "after_failure": ("03", "my_retry.py", "my_after_failure"),
@@ -149,7 +149,7 @@ def check_run_step(run_step: Callable) -> None:
     """Check the learner's ``run_step(wf, name, activity)`` (notebook 02) in this process and in worker processes."""
     with tempfile.TemporaryDirectory(prefix="check-02-") as folder:
         problem = _run_step_problem(run_step, Path(folder))
-    _report(problem, "run_step reuses a stored output, stores a new one once, keeps one committed meanwhile, and "
+    report(problem, "run_step reuses a stored output, stores a new one once, keeps one committed meanwhile, and "
                      "the engine with it left what the kit leaves after a crash after an activity and after a commit")
 
 
@@ -214,7 +214,7 @@ def check_after_failure(after_failure: Callable) -> None:
     """Check the learner's ``after_failure(conn, workflow_id, step, error, policy)`` (notebook 03)."""
     with tempfile.TemporaryDirectory(prefix="check-03-") as folder:
         problem = _after_failure_problem(after_failure, Path(folder))
-    _report(problem, "each failure takes its path, a retry's time is written in the failure's transaction, and "
+    report(problem, "each failure takes its path, a retry's time is written in the failure's transaction, and "
                      "the engine with it retried on time after its worker was gone and escalated a crash loop")
 
 
@@ -227,7 +227,7 @@ def _after_failure_problem(after_failure: Callable, folder: Path) -> str | None:
                      " ('f1', 'fetch', 'step', 1, 'failed', ?, ?)", (attempts, f"{type(error).__name__}: {error}"))
         before, started = _snapshot(conn), time.time()
         case = (f"{type(error).__name__}({str(error)!r}) on attempt {attempts} with "
-                + ("no policy" if policy is None else f"RetryPolicy(max_attempts=3, base_delay=2.0)"))
+                + ("no policy" if policy is None else "RetryPolicy(max_attempts=3, base_delay=2.0)"))
         try:
             with mini.immediate(conn):
                 got = after_failure(conn, "f1", "fetch", error, policy)
@@ -277,7 +277,7 @@ def check_decide_wait(decide_wait: Callable) -> None:
     """Check the learner's ``decide_wait(conn, workflow_id, wait, decision)`` (notebook 04)."""
     with tempfile.TemporaryDirectory(prefix="check-04-") as folder:
         problem = _decide_problem(decide_wait, Path(folder))
-    _report(problem, "a decision is saved once with the workflow made due, a repeat returns the first and a "
+    report(problem, "a decision is saved once with the workflow made due, a repeat returns the first and a "
                      "conflict is refused, writing nothing; the engine with it finished after a crash, reusing it")
 
 
@@ -290,7 +290,7 @@ def _decide_problem(decide_wait: Callable, folder: Path) -> str | None:
     try:
         journal.start("check:decision", {}, "d1")
         mini.run_workflow(journal, "d1")  # with the engine's own parts: it stops at the approval
-        tries = [("a wait not reached, 'plan'", "plan", DANA, mini.NotWaiting),
+        tries = [("a decision on 'plan', a wait not reached", "plan", DANA, mini.NotWaiting),
                  ("Dana's approval", "review", DANA, (DANA, True)),
                  ("Sam's approval after Dana's", "review", {**DANA, "by": "Sam", "comment": ""}, (DANA, False)),
                  ("Eli's rejection after Dana's approval", "review", {**DANA, "approved": False, "by": "Eli"},
@@ -305,9 +305,10 @@ def _decide_problem(decide_wait: Callable, folder: Path) -> str | None:
                     if _snapshot(conn) != before:
                         return f"{NOT_QUITE} {case} was refused, but the journal changed. {DECIDE_HINT}"
                     continue
+                want = expected.__name__ if isinstance(expected, type) else repr(expected)
                 return _unfinished(raised, "my_decide_wait") or (
                     f"{NOT_QUITE} for {case} your function raised {type(raised).__name__}: {raised}; expected "
-                    f"{expected.__name__ if isinstance(expected, type) else expected!r}. {DECIDE_HINT}")
+                    f"{want}. {DECIDE_HINT}")
             if isinstance(expected, type):
                 return (f"{NOT_QUITE} {case} should raise {expected.__name__} (from durable_kit.mini) and change "
                         f"nothing; your function returned {got!r}. {DECIDE_HINT}")
@@ -366,7 +367,7 @@ def check_fenced(fenced: Callable) -> None:
     """Check the learner's ``fenced(conn, lease)`` (notebook 06) in this process and in worker processes."""
     with tempfile.TemporaryDirectory(prefix="check-06-") as folder:
         problem = _fenced_problem(fenced, Path(folder))
-    _report(problem, "a superseded token writes nothing, the current one commits, an error rolls back, and the "
+    report(problem, "a superseded token writes nothing, the current one commits, an error rolls back, and the "
                      "engine with it refused a paused owner's write, as the kit does")
 
 

@@ -389,7 +389,7 @@ EXPECTED = {
         "decisions": [[True, "Dana", "", "review", True], [True, "Dana", "", "review", False]],
         "late_rejection": "DecisionConflict", "workers": [0]},
 }
-LEASES = {"activity 2.5 leases long": 2.0}  # a longer lease, so a loaded machine's late heartbeat still renews it
+LEASES = {"activity 2.5 leases long": 3.0}  # a longer lease, so a loaded machine's late heartbeat still renews it
 
 
 @contextmanager

@@ -96,7 +96,7 @@ def immediate(conn: sqlite3.Connection):
 
 @contextmanager
 def fenced(conn: sqlite3.Connection, lease: Lease | None):
-    """Notebook 06: ``immediate``, if ``lease`` (None: none) holds the current token first; else ``LeaseLost``."""
+    """Notebook 06: ``immediate``, first raising ``LeaseLost`` (nothing written) unless ``lease`` is current or None."""
     with immediate(conn):
         if lease is not None:
             (token,) = conn.execute("SELECT fencing_token FROM workflows WHERE id = ?", (lease.workflow_id,)).fetchone()
@@ -223,9 +223,9 @@ class Workflow:
             conn.execute("INSERT OR IGNORE INTO steps (workflow_id, name, kind, position, input, status,"
                          " next_attempt_at) VALUES (?, ?, ?, ?, ?, 'waiting', ?)",
                          (self.id, name, kind, self.position, json.dumps(request), seconds and time.time() + seconds))
-            row = dict(conn.execute("SELECT * FROM steps WHERE workflow_id = ? AND name = ?",
-                                    (self.id, name)).fetchone())
-            if row["status"] == "waiting" and (row["next_attempt_at"] or float("inf")) <= time.time():
+            row = dict(conn.execute("SELECT *, next_attempt_at <= ? AS ended FROM steps WHERE workflow_id = ?"
+                                    " AND name = ?", (time.time(), self.id, name)).fetchone())  # NULL: no end
+            if row["status"] == "waiting" and row["ended"]:
                 row.update(status="complete", output="null")  # the timer's end has come
                 mark(conn, self.id, name, "complete", output="null")
             if row["status"] == "waiting":

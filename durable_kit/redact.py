@@ -99,8 +99,8 @@ def _prefixed(character: str, prefix: str, tail: str, least: int) -> tuple:
 # Shapes, searched in the text as it is: (a character every match holds; a text every match holds, or several, one
 # of which it holds; the pattern; what replaces a match; and, where a text lacks the character, what stands around
 # it in a match). The character is looked for first, so most texts never get past the first look. For a character
-# that many shapes hold (GATED), one pass over the text finds every place it stands as it does in some shape; the
-# other shapes' texts are looked for one by one. Most patterns start with literal text too, which Python's regular
+# that many shapes hold (GATED) and that a text holds sparsely, one pass over the text finds every place it stands
+# as it does in some shape; otherwise the shapes' texts are looked for one by one. Most patterns start with literal text too, which Python's regular
 # expressions search for quickly, and a lookbehind after it stands for a leading word boundary (a leading \b would
 # make every position a candidate).
 SHAPES = (
@@ -197,7 +197,8 @@ NAMES = (
      r"|(?<=[?&]x-goog-signature=))(?P<value>[^\s&#\"'<>]+)", None, (), (("?", QUERY), ("&", QUERY))),
     ("", "bearer", r"(?P<value>bearer(?<!\w.{6})\s+[a-z0-9._~\-/+=]{16,})", None, ()),
 )
-GATED = "-_.A?&"  # the characters that many rules' matches hold: one pass over a text holding one finds them all
+GATED = "-_.A?&"  # characters that many rules' matches hold: one pass over the places one stands finds them all,
+SPARSE = 32  # if it stands less than once in this many characters (else the rules' texts are looked for, faster)
 # A string stored under a JSON key that ends so (in lower case) is redacted whole.
 SECRET_NAMES = ("password", "passwd", "passphrase", "pwd", "secret", "authorization",
                 *(qualified + word for qualified in QUALIFIED for word in ("key", "token")))
@@ -227,7 +228,8 @@ class Rule(NamedTuple):
 
 
 # How a text is looked at before any rule's pattern is searched in it:
-Gates = tuple  # ((a character, one pattern for what stands around it in a match of any rule, {group: rule}), ...)
+Gates = tuple  # ((a character, one pattern for what stands around it in a match of any rule, {group: rule},
+#                  ((whether in lower case, a text, the rules that need it), ...)), ...)
 Scans = tuple  # ((characters or "", whether in lower case, ((a text, the rules that need it), ...)), ...)
 _compiled_for: tuple[int, tuple] | None = None
 
@@ -262,6 +264,7 @@ def _compile(registered: set[str], extra_patterns: str) -> tuple[tuple[Rule, ...
     rules: list[Rule] = []
     marks: dict[str, list[tuple[str, int]]] = {}
     scans: dict[tuple[str, bool], dict[Any, list[int]]] = {}
+    dense: dict[str, dict[tuple[bool, Any], list[int]]] = {}  # a gated character's rules by their texts
     for value in sorted(registered, key=len, reverse=True):
         forms = sorted({value, json.dumps(value)[1:-1]}, key=len, reverse=True)
         for form in forms:
@@ -273,6 +276,8 @@ def _compile(registered: set[str], extra_patterns: str) -> tuple[tuple[Rule, ...
         texts = texts if isinstance(texts, tuple) else (texts,)
         if character in GATED:
             marks.setdefault(character, []).append((mark[0] if mark else _mark(character, texts), len(rules)))
+            for text in texts:
+                dense.setdefault(character, {}).setdefault((False, text), []).append(len(rules))
         else:
             for text in texts:
                 scans.setdefault((character, False), {}).setdefault(text, []).append(len(rules))
@@ -280,6 +285,8 @@ def _compile(registered: set[str], extra_patterns: str) -> tuple[tuple[Rule, ...
     for holds, texts, pattern, in_json, after, *gated in NAMES:
         for character, mark in gated[0] if gated else ():
             marks.setdefault(character, []).append((mark, len(rules)))
+            for text in texts if isinstance(texts, tuple) else (texts,):
+                dense.setdefault(character, {}).setdefault((True, text), []).append(len(rules))
         for text in () if gated else (texts if isinstance(texts, tuple) else (texts,)):
             scans.setdefault((holds, True), {}).setdefault(text, []).append(len(rules))
         rules.append(Rule(holds, True, re.compile(pattern), after, None, in_json and re.compile(in_json)))
@@ -288,7 +295,8 @@ def _compile(registered: set[str], extra_patterns: str) -> tuple[tuple[Rule, ...
             scans.setdefault(("", False), {}).setdefault("", []).append(len(rules))  # "" is in every text
             rules.append(Rule("", False, re.compile(extra), (), REDACTED, None))
     gates = tuple((character, re.compile(re.escape(character) + "(?:" + "|".join(
-                       f"{mark}(?P<r{index}>)" for mark, index in members) + ")"), {f"r{i}": i for _, i in members})
+                       f"{mark}(?P<r{index}>)" for mark, index in members) + ")"), {f"r{i}": i for _, i in members},
+                   tuple((lower, text, tuple(indexes)) for (lower, text), indexes in dense[character].items()))
                   for character, members in marks.items())
     return tuple(rules), gates, tuple((holds, lower, tuple((text, tuple(indexes)) for text, indexes in texts.items()))
                                       for (holds, lower), texts in scans.items())
@@ -306,12 +314,20 @@ def _rules_in(text: str) -> tuple[list[Rule], str | None]:
     # other rules, their characters and their texts.
     rules, gates, scans = _patterns()
     found = []
-    for character, gate, groups in gates:
-        if character in text:
+    low = None
+    for character, gate, groups, texts in gates:
+        if character not in text:
+            continue
+        if text.count(character) * SPARSE < len(text):  # a pass over its few places
             first = gate.search(text)
             if first is not None:
                 found += [groups[match.lastgroup] for match in gate.finditer(text, first.start())]
-    low = None
+            continue
+        for lower, piece, indexes in texts:  # too many places: the rules' texts, one by one
+            if lower and low is None:
+                low = _lower(text)
+            if piece in (low if lower else text) if piece.__class__ is str else piece.search(text):
+                found += indexes
     for holds, lower, texts in scans:
         if holds and holds[0] not in text and holds[-1] not in text:  # at most two characters
             continue
@@ -390,9 +406,9 @@ def redact_value(value: Any, rules: tuple[Rule, ...] | None = None, path: str = 
 
     ``rules`` (from ``secrets_in_json``) limits the patterns tried; every
     non-empty string under a key that ends with one of ``SECRET_NAMES`` (in
-    lower case) is redacted whole. Raises ``Unredactable`` (naming the path, never
-    the secret) if two keys of one object would become the same key, which
-    would lose all but one.
+    lower case) is redacted whole. Raises ``Unredactable`` (naming the path,
+    never the secret) if two keys of one object would become the same key,
+    which would lose all but one.
     """
     rules = _patterns()[0] if rules is None else rules
     if isinstance(value, str):

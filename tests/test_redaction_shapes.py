@@ -165,6 +165,7 @@ UNDER_NAMES = {"password": "Jp-" + made_up("", 16), "client_secret": "Jc-" + mad
                "X-Api-Key": "Jx-" + made_up("", 16), "SecretAccessKey": "Js-" + made_up("", 16),
                "refresh_token": "Jr-" + made_up("", 16), "AccountKey": "Jk-" + made_up("", 16) + "=="}
 NEEDLES_UNDER_NAMES = sorted(UNDER_NAMES.values())
+DENSE = "-_.A?& " * 40
 PROSE = ("The report draws on three sources: the quarterly filings, a customer survey and the support log. "
          "Each finding below cites the passage it rests on; the key numbers are in table 2 (A-1001, B-2002). ")
 
@@ -177,7 +178,8 @@ def test_the_planted_secrets_are_many_and_all_different():
 @pytest.mark.parametrize("shape, text, secret", SHAPES, ids=[shape for shape, _, _ in SHAPES])
 def test_each_shape_is_redacted_whole_alone_in_prose_and_in_json_and_redacting_again_changes_nothing(shape, text,
                                                                                                     secret):
-    for planted in (text, f"{PROSE * 12}\n{text}\n{PROSE * 12}", f"note ({text}), and then"):
+    # Alone, in long prose (each character sparse: one pass over its places) and among many of each character.
+    for planted in (text, f"{PROSE * 12}\n{text}\n{PROSE * 12}", f"note ({text}), and then", f"{DENSE}{text}{DENSE}"):
         once = redact(planted)
         assert secret not in once and secret[-12:] not in once and REDACTED in once, once
         assert redact(once) == once

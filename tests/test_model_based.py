@@ -61,7 +61,7 @@ CRASH_LIMIT = 3  # attempts whose process died before a step escalates (RetryPol
 SETTLE_SECONDS = 90.0
 CHURN_ROUNDS = 120 if PROFILE == "long" else 2  # the most workers one churn_workers call starts and ends
 TROUBLES = ("escalate", "fail", "pause")  # what a troubled booking does after its charge (tests/model_kinds.py)
-OUTRUN = re.compile(r"outr[au]n|lease", re.I)  # an escalation for an activity that outran its lease names that cause
+OUTRUN = re.compile(r"outr[au]n\b.*\blease", re.I)  # an escalation for an activity that outran its lease says so
 DECISIONS = ("approved", "rejected", "answered")  # a saved decision's history event
 COMPENSATION = "compensate:"  # a compensation's step (and its action): this prefix and the step it undoes
 

@@ -62,7 +62,10 @@ def test_the_check_shows_the_divergence_of_an_unpatched_price_change(capsys):
     (v2(lambda wf: NEW_MARKUP if patched(wf, "m") else OLD_MARKUP, quote_input=lambda wf: OLD_MARKUP),
      "not quite: both quote steps were given the input"),
     (lambda wf: 1 / 0, "not quite: replaying old-1 raised ZeroDivisionError: division by zero"),
-], ids=["never-new-price", "input-hides-the-change", "raises"])
+    (lambda wf: {**v2(lambda wf: NEW_MARKUP if patched(wf, "m") else OLD_MARKUP)(wf), "charged": None},
+     "not quite: the workflows returned {'old-1': {'charged': None}, 'new-1': {'charged': None}}; each should "
+     "return {'charged': amount}"),
+], ids=["never-new-price", "input-hides-the-change", "raises", "returns-another-shape"])
 def test_the_check_names_what_is_wrong(capsys, trip, problem):
     assert checked(capsys, trip).startswith(problem)
 

@@ -141,7 +141,7 @@ def test_check_boundary_on_the_naive_checkout(capsys, tmp_path):
     checks.check_boundary(..., rows)
     assert said(capsys).startswith("not yet: Ellipsis is not a boundary of the checkout")
     checks.check_boundary("after_sending:charge", rows)
-    assert said(capsys).startswith("not yet: 'after_sending:charge' is not a boundary")
+    assert said(capsys).startswith("not quite: 'after_sending:charge' is not a boundary")
     checks.check_boundary("after_commit:charge", rows)
     assert said(capsys).startswith("not quite: a worker killed at after_commit:charge left 2 charges for 2 bookings")
     checks.check_boundary("after_send:charge", rows)
@@ -514,6 +514,18 @@ def test_fenced_write_refuses_no_check_a_check_before_begin_and_refusing_everyon
     checks.check_fenced_write(refuses_all)
     assert said(capsys).startswith("not quite: the current owner's write was refused too (token 2 refused)")
 
+    def refuses_with_value_error(conn, lease, step, output):  # the right refusal, the wrong exception
+        from durable_kit.core.leases import check_lease
+        with immediate(conn):
+            try:
+                check_lease(conn, lease)
+            except LeaseLost:
+                raise ValueError(f"stale token {lease.token}") from None
+            conn.execute(INSERT_STEP, (lease.workflow_id, step, json.dumps(output)))
+    checks.check_fenced_write(refuses_with_value_error)
+    assert said(capsys).startswith("not quite: for worker-a's stale token 1 your function raised ValueError: stale "
+                                   "token 1; raise LeaseLost (from durable_kit)")
+
     def autocommit_then_check(conn, lease, step, output):  # writes outside any transaction, then checks
         from durable_kit.core.leases import check_lease
         conn.execute(INSERT_STEP, (lease.workflow_id, step, json.dumps(output)))
@@ -521,3 +533,54 @@ def test_fenced_write_refuses_no_check_a_check_before_begin_and_refusing_everyon
         check_lease(conn, lease)
     checks.check_fenced_write(autocommit_then_check)
     assert said(capsys).startswith("not quite: the refused write changed the steps table")
+
+
+# --- notebook 08: check_search_step (the loop's search tool as a step, in killed and restarted workers) --------------
+
+def right_search(wf, turn, args):
+    from durable_kit.workshop.agents.loop import search_source
+    return wf.execute_step(f"turn:{turn}:search", lambda: search_source(wf, args["query"], args.get("period")), args)
+
+
+def search_outside_the_step(wf, turn, args):
+    from durable_kit.workshop.agents.loop import search_source
+    hits = search_source(wf, args["query"], args.get("period"))  # runs on every replay
+    return wf.execute_step(f"turn:{turn}:search", lambda: hits, args)
+
+
+def search_named_once(wf, turn, args):
+    from durable_kit.workshop.agents.loop import search_source
+    return wf.execute_step("search", lambda: search_source(wf, args["query"], args.get("period")), args)
+
+
+def search_without_input(wf, turn, args):
+    from durable_kit.workshop.agents.loop import search_source
+    return wf.execute_step(f"turn:{turn}:search", lambda: search_source(wf, args["query"], args.get("period")))
+
+
+def test_search_step_passes_the_kit_s_own_tool_and_refuses_a_stub(capsys):
+    from durable_kit.workshop.agents.loop import search_step
+
+    checks.check_search_step(...)
+    assert said(capsys).startswith("not yet:")
+    checks.check_search_step(stub)
+    assert said(capsys).startswith("not yet: my_search still raises NotImplementedError")
+    checks.check_search_step(right_search)
+    assert said(capsys) == ("pass: one step turn:1:search per run; killed before its commit the search ran 2 times, "
+                            "after it 1 time; every run gave the kit's answer")
+    checks.check_search_step(search_step)
+    assert said(capsys).startswith("pass:")
+
+
+def test_search_step_names_what_was_expected(capsys):
+    checks.check_search_step(search_outside_the_step)
+    assert said(capsys).startswith("not quite: killed right after the step 'turn:1:search' committed, the restarted "
+                                   "run searched the source again (2 searches, 1 expected)")
+    checks.check_search_step(search_named_once)
+    assert said(capsys).startswith("not quite: turn 1's search should be the step 'turn:1:search'; turn 1 stored "
+                                   "no step")
+    checks.check_search_step(search_without_input)
+    assert said(capsys).startswith("not quite: the step's input should be the model's args, "
+                                   "{'query': 'supplier concentration'}; it is None")
+    checks.check_search_step(lambda wf, turn, args: [])
+    assert said(capsys).startswith("not quite: write my_search(wf, turn, args) with def")

@@ -71,14 +71,33 @@ def test_the_generator_replaces_solutions_and_clears_exercise_outputs():
     assert notebook["cells"][3]["outputs"] == shown  # the source notebook is not modified
 
 
+def written_in(solution: str) -> str:
+    """A solution as a learner who wrote it would have it: every ``solution_`` name is their ``my_`` name."""
+    return re.sub(r"\bsolution_(\w+)", r"my_\1", solution)
+
+
+def checks_called(source: str) -> int:
+    return len(re.findall(r"\bcheck_\w+\(\s*my_", source))
+
+
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.name)
-def test_each_copy_runs_top_to_bottom_with_no_exercise_done(source, tmp_path):
+def test_each_copy_runs_top_to_bottom_and_each_solution_written_in_passes(source, tmp_path):
+    """One run of each learner copy, as a learner makes it: every check first says ``not yet:`` to the untouched
+    stub; then the answer, written where the copy's hint is (the instructor's solution, its names the learner's
+    ``my_`` names), passes its check in that same kernel; no cell writes to stderr or raises."""
     nbformat = pytest.importorskip("nbformat")
     from nbclient import NotebookClient
 
     copy_path = COPIES / source.name
     assert copy_path.exists(), f"no learner copy of {source.name}: {REGENERATE}"
     notebook = nbformat.read(copy_path, as_version=4)
+    instructor = nbformat.read(source, as_version=4)
+    answers = []
+    for cell, original in zip(notebook.cells, instructor.cells):
+        if student.is_solution(original):
+            cell.source = written_in(original.source)
+            answers.append(cell)
+    assert answers, f"{source.name}: no solution to write in"
     # Run from a learner's folder of its own (so two copies running at once never share a scratch
     # folder), as a learner does, on this interpreter's kernel.
     folder = tmp_path / "notebooks" / student.STUDENT_FOLDER
@@ -86,12 +105,22 @@ def test_each_copy_runs_top_to_bottom_with_no_exercise_done(source, tmp_path):
     shutil.copy(copy_path, folder / source.name)
     NotebookClient(notebook, timeout=600, kernel_name="python3",
                    resources={"metadata": {"path": str(folder)}}).execute()
-    checks = [c for c in notebook.cells if c.cell_type == "code" and re.search(r"check_\w+\(\s*my_", c.source)]
-    assert checks, f"{source.name}: no cell checks a learner's my_ answer"
-    for cell in checks:
-        said = "".join(o.get("text", "") for o in cell.outputs).strip()
-        assert said, f"{source.name}: the check printed nothing for an exercise not done"
-        assert not said.lower().startswith("pass"), f"{source.name}: a stub passed its check: {said!r}"
+    said = lambda cell: "".join(o.get("text", "") for o in cell.outputs if o.get("name") == "stdout")  # noqa: E731
+    stubs = [c for c in notebook.cells
+             if c.cell_type == "code" and all(c is not a for a in answers) and checks_called(c.source)]
+    assert stubs, f"{source.name}: no cell checks a learner's my_ answer"
+    for cell in stubs:
+        verdicts = re.findall(r"^(pass|not quite|not yet):", said(cell), flags=re.M)
+        assert verdicts == ["not yet"] * checks_called(cell.source), (
+            f"{source.name}: an untouched stub's check should say not yet: {said(cell)!r}")
+    for cell in answers:
+        verdicts = re.findall(r"^(pass|not quite|not yet):", said(cell), flags=re.M)
+        assert verdicts == ["pass"] * checks_called(cell.source), (
+            f"{source.name}: a solution written into the learner's copy did not pass: {said(cell)!r}")
+    for index, cell in enumerate(notebook.cells):
+        for output in cell.get("outputs", []):
+            assert output.get("output_type") != "error", f"{source.name} cell {index} raised {output.get('ename')}"
+            assert output.get("name") != "stderr", f"{source.name} cell {index} wrote to stderr: {output.get('text')}"
 
 
 def test_reset_scratch_removes_only_the_scratch_folders(tmp_path):

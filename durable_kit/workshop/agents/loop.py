@@ -28,7 +28,7 @@ import os
 import time
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ... import Journal, Workflow, execute_parallel, read_only, waits, workflow
 from ...world import data_dir
@@ -38,6 +38,7 @@ from ...world.ledger import Ledger, ledger_path
 from ..memory import DanglingReference, EvidenceStore, Passage, recall, resume_context
 
 TOOLS = ("search", "read", "note_finding", "ask_user", "recall", "finish")
+SearchTool = Callable[[Workflow, int, dict], list]  # (wf, turn, the model's args) -> the search step's output
 
 
 @lru_cache(maxsize=1)
@@ -92,6 +93,20 @@ def _source_call(db_path: Path, workflow_id: str, operation: str) -> None:
     ledger.close()
 
 
+def search_source(wf: Workflow, query: str, period: str | None = None) -> list[dict]:
+    """The filing source's search, an outside call billed in the ledger: passage references in the case's scope.
+
+    Not a step by itself: call it inside a step's activity, so a replay reuses its answer.
+    """
+    _source_call(wf.db_path, wf.id, f"search {query} {period or 'any period'}")
+    return search_filings(load_case(wf.input["case"])["source_scope"], query, period)
+
+
+def search_step(wf: Workflow, turn: int, args: dict) -> list[dict]:
+    """The search tool as the step ``turn:<turn>:search``, the model's arguments its input; its stored output."""
+    return wf.execute_step(f"turn:{turn}:search", lambda: search_source(wf, args["query"], args.get("period")), args)
+
+
 # ---- the loop's state, rebuilt from stored outputs on every replay ---------------------------------------------
 
 class LoopState:
@@ -141,15 +156,12 @@ def make_model(wf: Workflow, case: dict):
     return ScriptedModel(case["rules"], wf.db_path, wf.id)
 
 
-def use_tool(wf: Workflow, turn: int, action: dict, state: LoopState) -> Any:
+def use_tool(wf: Workflow, turn: int, action: dict, state: LoopState, search: SearchTool = search_step) -> Any:
     """Run the action's tool as steps (or a wait) named from the turn; return the tool's result."""
     tool, args, prefix = action["tool"], action.get("args", {}), f"turn:{turn}"
-    db_path, scope = wf.db_path, state.run["source_scope"]
+    db_path = wf.db_path
     if tool == "search":
-        def search():
-            _source_call(db_path, wf.id, f"search {args['query']} {args.get('period') or 'any period'}")
-            return search_filings(scope, args["query"], args.get("period"))
-        return wf.execute_step(f"{prefix}:search", search, args)
+        return search(wf, turn, args)
     if tool == "read":
         def read(passage_id: str):
             _source_call(db_path, wf.id, f"read {passage_id}")
@@ -193,6 +205,11 @@ def final_answer(state: LoopState, summary: str) -> dict:
 @workflow("agent_loop", version="agent-loop-1", inputs={"case": str})
 def agent_loop(wf: Workflow) -> dict:
     """Turn after turn: rebuild the input from saved state, ask the model (a step), run its tool (steps)."""
+    return run_loop(wf)
+
+
+def run_loop(wf: Workflow, search: SearchTool = search_step) -> dict:
+    """``agent_loop``'s body, with the search tool given (notebook 08's exercise plugs its own in)."""
     case = load_case(wf.input["case"])
     state, model = LoopState(case), make_model(wf, case)
     for turn in range(1, case["max_turns"] + 1):
@@ -202,7 +219,7 @@ def agent_loop(wf: Workflow) -> dict:
         except ProviderUnavailable as outage:
             wf.pause(f"turn {turn}: {outage}")
         action = decision["action"]
-        result = use_tool(wf, turn, action, state)
+        result = use_tool(wf, turn, action, state, search)
         if action["tool"] == "finish":
             return result
         state.apply(turn, action, result)

@@ -9,9 +9,11 @@ the action, the service holds one refund per workflow: two in all.
 """
 from __future__ import annotations
 
+import ast
 import importlib.util
 import inspect
 import json
+import logging
 import sys
 import tempfile
 from pathlib import Path
@@ -25,16 +27,39 @@ HINT = ("Hint: which values stay the same in every attempt of one workflow's ref
         "workflows? DBOS.workflow_id is one; add the action's name, and pass the key to refund(order_id, amount, key).")
 
 
+class _SameFileAgain(logging.Filter):
+    """Drop DBOS's warning that a function of a file loaded again is registered again: the edit replaces it."""
+
+    def __init__(self, names: set[str]):
+        super().__init__()
+        self.names = names
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not any(f"Duplicate registration of function '{name}'" in record.getMessage() for name in self.names)
+
+
 def load_function(path: str | Path, name: str) -> Callable:
-    """Import the Python file at ``path`` as a module and return its function ``name``."""
+    """Import the Python file at ``path`` as a module and return its function ``name``.
+
+    Loading the same file again (after an edit) replaces the first load quietly: the functions it
+    defines are registered with DBOS again under the same names, which is what a learner means.
+    """
     path = Path(path).resolve()
     module_name = f"learner_{path.stem}"
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot import {path}: is it a .py file?")
     module = importlib.util.module_from_spec(spec)
+    again = _SameFileAgain({node.name for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+                            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+                           if module_name in sys.modules else set())
     sys.modules[module_name] = module
-    spec.loader.exec_module(module)
+    dbos_log = logging.getLogger("dbos")
+    dbos_log.addFilter(again)
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        dbos_log.removeFilter(again)
     if not hasattr(module, name):
         raise AttributeError(f"{path.name} defines no function {name!r}")
     return getattr(module, name)
@@ -69,32 +94,38 @@ def check_pay_refund(step: Callable) -> None:
     try:
         print(verdict_for(step))
     except Exception as error:  # the notebook runs on; the message says what broke
-        print(f"not yet: the check could not run your step: {type(error).__name__}: {error}")
+        print(f"not quite: the check could not run your step: {type(error).__name__}: {error}")
 
 
 def verdict_for(step: Callable) -> str:
     """``pass: ...``, or what went wrong and a hint; never raises."""
     if not callable(step):
-        return f"not yet: expected a function, got {type(step).__name__}. Define my_pay_refund in the file."
+        return (f"not quite: expected a function my_pay_refund(world: str, order_id: str, amount: float) -> dict, "
+                f"got {type(step).__name__}. Define it in the file.")
     with tempfile.TemporaryDirectory() as tmp:
         run = run_exercise(step, Path(tmp))
+    unwritten = "key = None" in inspect.getsource(inspect.unwrap(step))
+    if unwritten and len(run["refunds"]) > 2:
+        return ("not yet: the key is still None. Write the key in the cell above, run it to save the file, then "
+                f"run this cell again. {HINT}")
     if run["crash_exit"] != 13:
         lines = [line for line in run["stderr"].splitlines() if line.strip()]
-        return ("not yet: the first workflow never reached the payment service's answer, so nothing crashed. "
+        return ("not quite: the first workflow never reached the payment service's answer, so nothing crashed. "
                 f"It ended with: {lines[-1] if lines else 'no error'}. "
-                "The step must call Payments.beside(world).refund(order_id, amount, key) and return its receipt.")
+                "The step must call Payments.beside(world).refund(order_id, amount, key) and return that receipt, "
+                "a dict with 'refund_id'.")
     if run["second_exit"] != 0 or any(s != "SUCCESS" for s in run["statuses"].values()):
-        return (f"not yet: a workflow did not finish: {run['statuses'] or run['stderr'][-600:]} "
+        return (f"not quite: a workflow did not finish: {run['statuses'] or run['stderr'][-600:]} "
                 f"{run['errors']}. {HINT}")
     count = len(run["refunds"])
     if count > 2:
-        return (f"not yet: {count} refunds for 2 workflows: the crashed one was paid again after recovery, so its "
+        return (f"not quite: {count} refunds for 2 workflows: the crashed one was paid again after recovery, so its "
                 f"key changed between attempts (or there was none). {HINT}")
     if count < 2:
-        return (f"not yet: {count} refund for 2 workflows: the second was taken for a repeat of the first, so "
+        return (f"not quite: {count} refund for 2 workflows: the second was taken for a repeat of the first, so "
                 f"both used one key. {HINT}")
     if run["steps_recorded"] != 2:
-        return ("not yet: the payment paid once per workflow, but DBOS recorded no receipt for it: "
+        return ("not quite: the payment paid once per workflow, but DBOS recorded no receipt for it: "
                 "decorate the function with @DBOS.step() so a recovery replays its output instead of paying again.")
     return (f"pass: 2 workflows, {run['payment_calls']} calls to the payment service, 2 refunds: "
             "the crashed attempt's repeat was deduplicated by its key.")

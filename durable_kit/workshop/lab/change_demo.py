@@ -268,6 +268,10 @@ def _outcome_problem(journal: Journal, db: Path) -> str | None:
                 "markup: a step's input must say what the step used, or a replay cannot see the change. " + hint)
     if holds != {"old-1": 1, "new-1": 1}:
         return f"not quite: seat holds per booking were {holds}; each booking needs exactly one"
+    returned = {w: journal.workflow(w)["output"] for w in ("old-1", "new-1")}
+    if returned != {w: {"charged": fares[0]} for w, fares in wanted.items()}:
+        return (f"not quite: the workflows returned {returned}; each should return {{'charged': amount}}, the "
+                "amount charge_card's output holds, as version 1 does")
     return None
 
 

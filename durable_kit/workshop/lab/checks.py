@@ -1,9 +1,12 @@
 """Checks for the notebooks' exercises: each runs the learner's own code and prints pass or what is wrong.
 
-A check never raises: it prints one line that starts with ``pass:``, or with
-``not yet:`` / ``not quite:`` followed by what went wrong and a hint, so the
-notebook runs on whether or not the exercise is done. It returns ``None``, so
-the cell shows only the printed line.
+A check never raises: it prints one line, so the notebook runs on whether or
+not the exercise is done, and returns ``None``, so the cell shows only that
+line. The line starts with one of three words, the same in every notebook:
+``pass:`` for a right answer; ``not quite:`` for a wrong one, followed by what
+was expected (the exception, the key, the return shape) and a hint; ``not
+yet:`` only while the exercise's stub is unchanged (``...``, or a function that
+raises ``NotImplementedError``).
 """
 from __future__ import annotations
 
@@ -332,7 +335,8 @@ def check_boundary(boundary: Any, rows: list[dict]) -> None:
     """Pass if a worker killed at ``boundary`` of the naive checkout (``rows``) left a booking charged twice."""
     points = [row["point"] for row in rows[1:]]
     if _not_done(boundary) or boundary not in points:
-        return _report(f"{NOT_YET} {boundary!r} is not a boundary of the checkout; set my_boundary to one "
+        verdict = NOT_YET if _not_done(boundary) else NOT_QUITE
+        return _report(f"{verdict} {boundary!r} is not a boundary of the checkout; set my_boundary to one "
                        "of the points printed above, a str such as \"next_step\"", "")
     row = next(r for r in rows[1:] if r["point"] == boundary)
     needed = _charges(rows[0])
@@ -347,9 +351,12 @@ def check_boundary(boundary: Any, rows: list[dict]) -> None:
 def check_charge(charge: Callable, folder: str | Path | None = None) -> None:
     """Run two checkouts with ``charge`` in real workers, clean and killed around the charge; pass if each
     booking was charged exactly once every time."""
-    if _not_done(charge) or not callable(charge):
+    if _not_done(charge):
         return _report(f"{NOT_YET} define my_charge(wf, cards, booking, amount) with def, then run this cell again",
                        "")
+    if not callable(charge):
+        return _report(f"{NOT_QUITE} expected a function my_charge(wf, cards, booking, amount) that returns the "
+                       f"receipt, got {type(charge).__name__}", "")
     if charge.__name__ == "<lambda>":
         return _report(f"{NOT_QUITE} write my_charge with def in a cell: it is saved to charges.py, and a lambda "
                        "cannot be", "")
@@ -474,6 +481,133 @@ def check_approval_rule(rule: Callable[[dict], Any]) -> None:
                            f"{first['by']!r}", "")
     return _report(None, "approves at 0.9 and above, leaves the rest to a person, and reads only the request "
                          "and constants")
+# --- notebook 08: the search tool as a step -----------------------------------------------------------
+
+SEARCH_CASE = "three_companies_fy2025"
+SEARCH_MODULE = '''from __future__ import annotations
+
+from durable_kit import workflow
+from durable_kit.workshop.agents.loop import run_loop, search_source
+
+
+{source}
+
+
+@workflow("search_exercise", version="search-exercise-1", inputs={{"case": str}})
+def search_exercise(wf):
+    return run_loop(wf, search={name})
+'''
+SEARCH_HINT = ("Hint: return wf.execute_step(f\"turn:{turn}:search\", lambda: search_source(wf, args[\"query\"], "
+               "args.get(\"period\")), args)")
+
+
+def run_search_exercise(search: Callable, folder: str | Path) -> dict:
+    """Run notebook 08's loop with ``search`` as its search tool in real worker processes; what each run did.
+
+    ``search``'s source is written to a module beside the databases (it runs in child processes, which do
+    not see the notebook). Three workflows, each in its own database: ``clean`` runs once; ``killed-before``
+    is killed (SIGKILL) right after the search's activity answered, before its step committed, and
+    ``killed-after`` right after the step committed; each killed one is run again to the end.
+    """
+    import inspect
+
+    from ...harness.runner import run_in_child
+    from ...world.ledger import Ledger
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    module = folder / "search_exercise.py"
+    module.write_text(SEARCH_MODULE.format(source=inspect.getsource(search).strip(), name=search.__name__))
+    runs = {}
+    for workflow_id, crash_at in (("clean", None), ("killed-before", "after_activity:turn:1:search"),
+                                  ("killed-after", "after_commit:turn:1:search")):
+        db = folder / f"{workflow_id}.db"
+        journal = Journal(db)
+        journal.start("search_exercise", {"case": SEARCH_CASE}, workflow_id, registered_elsewhere=True)
+        children = [run_in_child(db, workflow_id, crash_at, "kill", module=module)] if crash_at else []
+        children.append(run_in_child(db, workflow_id, module=module))
+        ledger = Ledger.beside(db)
+        steps = {s["name"]: s for s in journal.steps(workflow_id)}
+        row = journal.workflow(workflow_id)
+        runs[workflow_id] = {"exit codes": [c.exit_code for c in children], "status": row["status"],
+                             "error": row["error"], "stderr": children[-1].stderr, "output": row["output"],
+                             "searches": sum(1 for c in ledger.calls("source", workflow_id)
+                                             if c["operation"].startswith("search ")),
+                             "turn 1 steps": sorted(n for n in steps if n.startswith("turn:1:")),
+                             "search step": steps.get("turn:1:search")}
+        ledger.close()
+        journal.close()
+    return runs
+
+
+def _kit_search_answer(folder: Path) -> tuple[dict, dict, list]:
+    """The kit's own loop on the same case, in this process: its answer, turn 1's arguments and its search output."""
+    from ...core.journal import run_workflow
+
+    journal = Journal(folder / "kit.db")
+    try:
+        journal.start("agent_loop", {"case": SEARCH_CASE}, "kit")
+        run_workflow(journal, "kit")
+        steps = {s["name"]: s for s in journal.steps("kit")}
+        return journal.workflow("kit")["output"], steps["turn:1:search"]["input"], steps["turn:1:search"]["output"]
+    finally:
+        journal.close()
+
+
+def check_search_step(search: Callable) -> None:
+    """Run the learner's ``search(wf, turn, args)`` as the loop's search tool in killed and restarted workers."""
+    if _not_done(search):
+        return _report(f"{NOT_YET} define my_search(wf, turn, args), then run this cell again", "")
+    if not callable(search) or getattr(search, "__name__", "<lambda>") == "<lambda>":
+        return _report(f"{NOT_QUITE} write my_search(wf, turn, args) with def in a cell: it is saved to a module "
+                       "that the worker processes import, and only a def can be", "")
+    with tempfile.TemporaryDirectory(prefix="exercise-08-") as folder:
+        kit_answer, args, hits = _kit_search_answer(Path(folder))
+        runs = run_search_exercise(search, folder)
+    problem = _search_problem(runs, kit_answer, args, hits)
+    _report(problem, f"one step turn:1:search per run; killed before its commit the search ran "
+                     f"{runs['killed-before']['searches']} times, after it {runs['killed-after']['searches']} time; "
+                     "every run gave the kit's answer")
+
+
+def _search_problem(runs: dict, kit_answer: dict, args: dict, hits: list) -> str | None:
+    clean = runs["clean"]
+    if clean["status"] != "complete":
+        said = [line for line in clean["stderr"].splitlines() if line.strip()]
+        if any("NotImplementedError" in line for line in said):
+            return f"{NOT_YET} my_search still raises NotImplementedError; write it, then run this cell again"
+        return (f"{NOT_QUITE} the loop with your search ended {clean['status']!r}: "
+                f"{clean['error'] or (said[-1] if said else 'no error printed')}. It runs in a worker process: use "
+                f"only wf, turn, args and search_source. {SEARCH_HINT}")
+    if clean["search step"] is None:
+        return (f"{NOT_QUITE} turn 1's search should be the step 'turn:1:search'; turn 1 stored "
+                f"{clean['turn 1 steps'] or 'no step'}. Name the step from its turn. {SEARCH_HINT}")
+    if clean["search step"]["output"] != hits:
+        return (f"{NOT_QUITE} the step 'turn:1:search' stored {clean['search step']['output']!r}; it should store "
+                f"what search_source returned: {hits!r}. {SEARCH_HINT}")
+    if clean["search step"]["input"] != args:
+        return (f"{NOT_QUITE} the step's input should be the model's args, {args!r}; it is "
+                f"{clean['search step']['input']!r}. A replay compares a step's input with the one it stored. "
+                f"{SEARCH_HINT}")
+    for name, run in runs.items():
+        if (run["status"], run["output"]) != ("complete", kit_answer):
+            return (f"{NOT_QUITE} the run {name} ended {run['status']!r} {run['error'] or ''} with another answer "
+                    f"than the kit's loop. Return the step's output. {SEARCH_HINT}")
+    before, after = runs["killed-before"], runs["killed-after"]
+    if before["exit codes"] != [-9, 0] or after["exit codes"] != [-9, 0]:
+        return (f"{NOT_QUITE} the workers killed at turn:1:search exited {before['exit codes']} and "
+                f"{after['exit codes']}, not [-9, 0]: the crash points around the step never fired. {SEARCH_HINT}")
+    if after["searches"] != 1:
+        return (f"{NOT_QUITE} killed right after the step 'turn:1:search' committed, the restarted run searched "
+                f"the source again ({after['searches']} searches, 1 expected): the search ran outside the step's "
+                f"activity, so every replay repeats it. {SEARCH_HINT}")
+    if before["searches"] != 2:
+        return (f"{NOT_QUITE} killed after the search answered and before the step committed, the source was "
+                f"searched {before['searches']} times; 2 expected (the answer was lost with the process). "
+                f"{SEARCH_HINT}")
+    return None
+
+
 # --- notebook 08: rebuild the next input from saved state ----------------------------------------
 
 RESUME_KEYS = ("request", "source_scope", "findings", "unresolved_gaps", "planned_searches", "user_input")
@@ -611,7 +745,8 @@ def check_notify(notify: Callable) -> None:
         return _report(f"{NOT_YET} my_notify still raises NotImplementedError: write its body, then run its cell "
                        "again", "")
     except Exception as error:
-        return _report(f"{NOT_QUITE} your function raised {type(error).__name__}: {error}", "")
+        return _report(f"{NOT_QUITE} your function raised {type(error).__name__}: {error}. It should run one step "
+                       "named 'notify' and return that step's output (what the notifier's send returned)", "")
     keys = counts["delivery keys"]
     if counts["attempts"] != 2:
         return _report(f"{NOT_QUITE} the notify step ran {counts['attempts']} time(s), not 2. Hint: send inside "
@@ -646,6 +781,10 @@ def run_fenced_write(save: Callable) -> dict:
         stale = "stored"
     except LeaseLost:
         stale = "refused"
+    except NotImplementedError:
+        raise
+    except Exception as error:  # refused, but not the way the journal's callers expect
+        stale = f"{type(error).__name__}: {error}"
     stale_changed = journal.steps("w001") != []
     outcome = {"tokens": (old.token, new.token), "stale write": stale, "stale write changed steps": stale_changed,
                "current output": None, "token read inside the write's transaction": False}
@@ -677,6 +816,10 @@ def check_fenced_write(save: Callable) -> None:
     except Exception as error:
         return _report(f"{NOT_QUITE} your function raised {type(error).__name__}: {error}", "")
     old, new = outcome["tokens"]
+    if outcome["stale write"] not in ("stored", "refused"):
+        return _report(f"{NOT_QUITE} for worker-a's stale token {old} your function raised {outcome['stale write']}; "
+                       "raise LeaseLost (from durable_kit) and change nothing: a worker stops working on a workflow "
+                       "only for LeaseLost. Hint: check_lease(conn, lease) raises it", "")
     if outcome["stale write"] == "stored":
         return _report(f"{NOT_QUITE} worker-a wrote with token {old} after token {new} was granted to worker-b. "
                        "Hint: a write is allowed only while its lease's token is the workflow's current one", "")

@@ -22,6 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 MODULE = Path(__file__).resolve().parent / "model_kinds.py"
 LEASE_SECONDS = 2.0  # wide enough for a healthy worker on a loaded machine to renew in time
 CLI_TIMEOUT = 90.0
+DESTINATIONS = {"seats": "effects", "cards": "effects", "tickets": "effects", "payments": "refunds",
+                "notify": "deliveries"}  # each fake destination beside the journal, and its table of effects
 
 
 @dataclass
@@ -200,11 +202,15 @@ class World:
                 "SELECT workflow_id, name, status, output, attempts, position FROM steps")}
             waits = {(r["workflow_id"], r["name"]): dict(r) for r in conn.execute(
                 "SELECT workflow_id, name, kind, status, decision, wake_at FROM waits")}
-            outbox = {r["key"]: dict(r) for r in conn.execute("SELECT key, workflow_id, status FROM outbox")}
+            outbox = {r["key"]: dict(r) for r in conn.execute("SELECT key, workflow_id, action, status, attempts"
+                                                              " FROM outbox")}
             events: dict[str, list[str]] = {}
-            for r in conn.execute("SELECT workflow_id, event FROM history ORDER BY seq"):
+            steps_of_events: dict[str, list[tuple[str | None, str]]] = {}
+            for r in conn.execute("SELECT workflow_id, step, event FROM history ORDER BY seq"):
                 events.setdefault(r["workflow_id"], []).append(r["event"])
-        return {"workflows": workflows, "steps": steps, "waits": waits, "outbox": outbox, "events": events}
+                steps_of_events.setdefault(r["workflow_id"], []).append((r["step"], r["event"]))
+        return {"workflows": workflows, "steps": steps, "waits": waits, "outbox": outbox, "events": events,
+                "step_events": steps_of_events}
 
     def busy(self, horizon: float = 0.0) -> bool:
         """True while a workflow is running, or due within ``horizon`` seconds, or an outbox row is unsent."""
@@ -255,16 +261,34 @@ class World:
             finally:
                 conn.close()
 
+    def sent(self) -> list[dict]:
+        """Every request and effect at every destination, each with the workflow and the action that sent it.
+
+        ``kind`` is ``request`` or ``effect``; ``workflow`` is the one the row
+        names (the kit's effect helpers name it), else the one whose id begins
+        its key. Read before the journal's snapshot, so every request seen
+        has its attempt in that snapshot (an attempt commits before it sends).
+        """
+        rows = []
+        for name, effects in DESTINATIONS.items():
+            for kind, table in (("request", "requests"), ("effect", effects)):
+                for r in self.destination_rows(name, table):
+                    rows.append({"destination": name, "kind": kind, "workflow": r.get("workflow_id"),
+                                 "action": r.get("action"), "key": r.get("key"), "at": r["at"]})
+        return rows
+
     def destination_rows(self, name: str, table: str) -> list[dict]:
         """Every row of one table of the destination ``journal.<name>.db`` (none if it was never used)."""
         path = self.folder / f"journal.{name}.db"
         if not path.exists():
             return []
-        with connect_ro(path) as conn:
-            try:
-                return [dict(r) for r in conn.execute(f"SELECT * FROM {table}")]
-            except sqlite3.OperationalError:  # created, schema not committed yet
-                return []
+        conn = connect_ro(path)
+        try:
+            return [dict(r) for r in conn.execute(f"SELECT * FROM {table}")]
+        except sqlite3.OperationalError:  # created, schema not committed yet
+            return []
+        finally:
+            conn.close()
 
 
 def owner_pid(owner: str | None) -> int | None:
@@ -293,3 +317,85 @@ def wait_for(condition, timeout: float, poll: float = 0.1):
         if value or time.monotonic() > deadline:
             return value
         time.sleep(poll)
+
+
+# --- what the engine promises today: each new rule's precondition, read from the kit's behaviour ---
+
+ENGINE_FIXES = {
+    "takeovers_bounded": "an activity that keeps outrunning its lease escalates after max_attempts takeovers",
+    "fork_of_undone_refused": "a fork of a cancelled workflow at or past a compensated step is refused",
+    "final_decisions_refused": "a decision on a final workflow is refused, nothing saved",
+    "escalated_cancel_compensates": "cancel of an escalated workflow compensates and ends it cancelled",
+    "replays_record_resume": "every replay of a failed, paused or escalated workflow writes workflow_resumed, "
+                             "or is refused and says to use resume",
+}
+
+
+def engine_promises(folder: Path) -> dict[str, bool]:
+    """Which of ``ENGINE_FIXES`` the kit keeps, each found by doing it once in real processes (about 10 s).
+
+    A rule of the model that needs one of them checks it only where this says
+    the kit keeps it, and the totals print which were checked; none is skipped
+    silently.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    world = World(folder, Totals())
+    db, module = str(world.db), str(MODULE)
+
+    def kit(*args: str) -> subprocess.CompletedProcess:
+        return world.cli(*args, timeout=30)
+
+    def status(workflow_id: str) -> str | None:
+        row = world.snapshot()["workflows"].get(workflow_id)
+        return row and row["status"]
+
+    for workflow_id, extra in (("plain", {}), ("escalates", {"trouble": "escalate"}), ("fails", {"trouble": "fail"})):
+        kit("start", "--db", db, "--kind", "booking", "--input", json.dumps({"trip": workflow_id, **extra}),
+            "--id", workflow_id, "--module", module)
+    kit("worker", "--db", db, "--module", module, "--until-idle")
+    kit("cancel", "--db", db, "--workflow", "plain", "--by", "probe", "--reason", "probe")
+    kit("worker", "--db", db, "--module", module, "--until-idle")
+    found = {}
+    decided = kit("approve", "--db", db, "--workflow", "plain", "--by", "probe")
+    found["final_decisions_refused"] = status("plain") == "cancelled" and decided.returncode != 0
+    forked = kit("fork", "--db", db, "--workflow", "plain", "--up-to", "charge_card", "--new-id", "fork",
+                 "--by", "probe", "--module", module)
+    found["fork_of_undone_refused"] = forked.returncode != 0 and status("fork") is None
+    replayed = kit("run", "--db", db, "--workflow", "fails", "--module", module)
+    events = world.snapshot()["events"]["fails"]
+    found["replays_record_resume"] = ("workflow_resumed" in events or (
+        replayed.returncode != 0 and "resume" in replayed.stderr + replayed.stdout and events.count("replay_started") == 1))
+    cancelled = kit("cancel", "--db", db, "--workflow", "escalates", "--by", "probe", "--reason", "probe")
+    kit("worker", "--db", db, "--module", module, "--until-idle")
+    undone = [n for (w, n), step in world.snapshot()["steps"].items() if w == "escalates"
+              and n.startswith("compensate:") and step["status"] == "complete"]
+    found["escalated_cancel_compensates"] = cancelled.returncode == 0 and status("escalates") == "cancelled" and len(
+        undone) == 2
+    found["takeovers_bounded"] = _takeovers_bounded(world)
+    world.stop_all()
+    return found
+
+
+def _takeovers_bounded(world: World, lease: float = 0.5, limit: int = 3) -> bool:
+    """Two workers, a seat hold whose activity stops its process for twice their lease: escalated (True), or still
+    running after ``limit`` + 2 takeovers of it (False)."""
+    done = world.cli("start", "--db", str(world.db), "--kind", "booking", "--input",
+                     json.dumps({"trip": "outrun", "outrun_seconds": 2 * lease}), "--id", "outrun",
+                     "--module", str(MODULE))
+    assert done.returncode == 0, done.stderr
+    command = [sys.executable, "-m", "durable_kit", "worker", "--db", str(world.db), "--module", str(MODULE),
+               "--poll", "0.1", "--lease-seconds", str(lease)]
+    workers = [subprocess.Popen(command, cwd=world.folder, env=world.env(), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL) for _ in range(2)]
+    try:
+        def ended():
+            snap = world.snapshot()
+            taken = [step for step, event in snap["step_events"].get("outrun", []) if event == "attempt_taken_over"]
+            if snap["workflows"]["outrun"]["status"] == "escalated":
+                return "escalated"
+            return "looping" if taken.count("hold_seat") > limit + 2 else None
+        return wait_for(ended, 60.0, poll=0.2) == "escalated"
+    finally:
+        for worker in workers:
+            worker.kill()
+            worker.wait()

@@ -308,9 +308,10 @@ CHARGES_HEADER = "from durable_kit import effect_key, reconcile_then_send, send_
 def checkout_rows(charge: Callable, folder: str | Path, points: list[str] | None = None) -> list[dict]:
     """Write ``charge`` as ``charges.py`` beside the checkout, then explore two checkouts in one journal.
 
-    ``points`` None explores every boundary; ``[]`` only the clean run. Every
-    row's ``counts["cards effects"]`` is the charges the processor made for
-    both bookings together.
+    ``points`` None explores every boundary; ``[]`` only the clean run. Each
+    point is crashed in each checkout (its row's ``workflow``). Every row's
+    ``counts["cards effects"]`` is the charges the processor made for both
+    bookings together.
     """
     import inspect
 
@@ -378,7 +379,8 @@ def check_charge(charge: Callable, folder: str | Path | None = None) -> None:
                            "cards.effects(\"charge\", booking=booking); another booking's charge is not this one's",
                            "")
         rows = checkout_rows(charge, where / "crashes", points=CHARGE_POINTS)[1:]
-    wrong = [(r["point"], _charges(r), r["status"]) for r in rows if _charges(r) != needed or r["status"] != "complete"]
+    wrong = [(f"{r['point']} in {r['workflow']}", _charges(r), r["status"]) for r in rows
+             if _charges(r) != needed or r["status"] != "complete"]
     if wrong:
         return _report(f"{NOT_QUITE} after a crash, (point, charges for {needed} bookings, status) = {wrong}. Hint: "
                        "ask the processor for this booking's charges before sending (reconcile_then_send), and "

@@ -38,7 +38,8 @@ from typing import Any, Callable
 from . import state, waits
 from ..errors import Ended, LeaseLost, NonDeterminism, Suspended, WorkflowError, is_storage_fault
 from .leases import Heartbeat, Lease, check_lease, new_owner, release, superseded, take
-from .retries import TAKEN_OVER_BY_STEP, Crashed, FormatFailure, InvalidRequest, RetryPolicy, record_failure
+from .retries import (TAKEN_OVER_BY_STEP, Crashed, FormatFailure, InvalidRequest, OutranLease, RetryPolicy,
+                      record_failure)
 from ..redact import redact, register_secret
 from .state import COMMIT_OUTPUT, COMPLETE, COMPLETE_IN_TRANSACTION, FINAL_STATUSES, move, start_first_attempt
 from .store import (BOUNDARY_HOOK, DB_NOW, append_event, boundary, connect, encode, every_boundary, from_json,
@@ -274,11 +275,12 @@ class Replay:
             else:  # tried before: a retry time; a *running* row's last attempt died mid-step; a repair
                 self._tried[r["name"]] = {"not_before": r["next_attempt_at"] if r["status"] == "retrying" else None,
                                           "died": r["attempts"] if r["status"] == "running" else 0,
-                                          "repair": r["repair_message"]}
+                                          "outran": 0, "repair": r["repair_message"]}
         if any(t["died"] for t in self._tried.values()):  # attempts taken over by another owner are not crashes
             for r in self.conn.execute(TAKEN_OVER_BY_STEP, (self.id,)):
-                if r["step"] in self._tried:
+                if r["step"] in self._tried and self._tried[r["step"]]["died"]:
                     self._tried[r["step"]]["died"] -= r["attempts"]
+                    self._tried[r["step"]]["outran"] = r["in_a_row"]
 
     def place(self, name: str, input_json: str | None = None, wait: bool = False) -> int:
         """Give the next step or wait (named once a replay) its position; block if the journal recorded another there."""
@@ -533,7 +535,8 @@ class Workflow(Replay):
         raised; with ``retry`` its class picks the path (``retries.decide``), committed with the failure.
         ``repair(message)`` gets one try after ``InvalidRequest`` or ``FormatFailure``, ``fallback()`` after a
         ``FormatFailure`` repair did not fix; a retry repeats the repair, not the request. Attempts whose process
-        died count (``Crashed``: ``retry.max_attempts``, else ``CRASH_LIMIT``); taken-over ones do not.
+        died count (``Crashed``: ``retry.max_attempts``, else ``CRASH_LIMIT``); taken-over ones do not, but as many
+        taken over in a row (since the step last failed) escalate it: its activity outran its lease (``OutranLease``).
         ``versions`` are recorded with the step; ``compensate(output)`` undoes it if the workflow is cancelled.
         """
         input_json = to_json(step_input, self.id, name, "step input")
@@ -548,6 +551,12 @@ class Workflow(Replay):
                 self._suspend_until(tried["not_before"], f"step {name!r} is not due yet")
             if tried["died"] >= policy.max_attempts:
                 return self._after_failure(name, Crashed("the process died during the attempt"), policy)
+            if tried["outran"] >= policy.max_attempts:
+                return self._after_failure(name, OutranLease(
+                    f"{tried['outran']} attempts of step {name!r} in a row were taken over while their process lived: "
+                    "its lease expired before its heartbeat could renew it (an activity that holds the process, or "
+                    "Python's GIL, longer than the lease). Raise the lease (--lease-seconds) or let the activity yield "
+                    "(release the GIL, or split it into shorter steps), then resume it"), policy)
         versions_json = None if versions is None else to_json(versions, self.id, name, "step versions")
         repair_message = tried["repair"] if tried and repair else None
         run = activity if repair_message is None else partial(repair, repair_message)  # never resend a bad request
@@ -594,7 +603,7 @@ class Workflow(Replay):
             with self.starting():
                 armed = self.mark_running(name, input_json, repair_message, versions_json)
         if armed is not None:  # a later attempt of this replay takes the transaction
-            self._tried.setdefault(name, {"not_before": None, "died": 0, "repair": None})
+            self._tried.setdefault(name, {"not_before": None, "died": 0, "outran": 0, "repair": None})
         return armed
 
     def _after_failure(self, name: str, error: Exception, retry: RetryPolicy | None) -> Any:

@@ -260,13 +260,18 @@ def cmd_history(args) -> int:
 def cmd_worker(args) -> int:
     from .workshop import agents  # noqa: F401  (registers the built-in workflows)
     from .redact import redact
-    from .core.worker import run_worker
+    from .core.worker import FilesChanged, run_worker
 
     if args.module:
         load_module(args.module)
-    run_worker(args.db, once=args.once, until_idle=args.until_idle, poll=args.poll,
-               lease_seconds=args.lease_seconds, leases=not args.no_leases, trust_pids=not args.expiry_only,
-               log=lambda message: print(redact(message), flush=True))
+    try:
+        run_worker(args.db, once=args.once, until_idle=args.until_idle, poll=args.poll,
+                   lease_seconds=args.lease_seconds, leases=not args.no_leases, trust_pids=not args.expiry_only,
+                   log=lambda message: print(redact(message), flush=True))
+    except FilesChanged as fault:  # a storage fault that no waiting clears: exit 3, like the others
+        print(f"error: {redact(str(fault))}", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(3)  # no clean-up that could checkpoint a log other processes no longer read into their file
     return 0
 
 

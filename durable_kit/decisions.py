@@ -50,15 +50,17 @@ def decide_wait(journal, workflow_id: str, wait: str | None, kind: str, decision
     """Save ``decision`` on one wait, in one ``BEGIN IMMEDIATE``; return it with ``wait``, ``saved``, ``decided_at``.
 
     The same decision again returns the first with ``saved`` False and writes nothing. Refused, changing
-    nothing: a different decision or one after the deadline (``DecisionConflict``), a wait not reached
-    (``NotWaiting``), no ``wait`` named while the workflow has had several of this kind (``WhichWait``).
+    nothing: a different decision or one after the deadline (``DecisionConflict``), a wait not reached, or an
+    open wait of a finished workflow or of one being cancelled (``NotWaiting``), no ``wait`` named while the
+    workflow has had several of this kind (``WhichWait``).
     """
     if not decision["by"].strip():
         raise WorkflowError(f"workflow {workflow_id!r}: say who decides (a name); nothing was changed.")
     deciding = "answer" if kind == "clarification" else "approved"
     conn = journal.conn
     with immediate(conn):
-        status = journal.row_for_update(workflow_id)["status"]
+        workflow = journal.row_for_update(workflow_id)
+        status = workflow["status"]
         name = wait if wait is not None else _only_wait(conn, workflow_id, kind, status)
         row = conn.execute("SELECT * FROM waits WHERE workflow_id = ? AND name = ?", (workflow_id, name)).fetchone()
         if row is not None and row["status"] == "waiting" and row["wake_at"] is not None and row["wake_at"] <= now():
@@ -68,6 +70,13 @@ def decide_wait(journal, workflow_id: str, wait: str | None, kind: str, decision
             raise NotWaiting(
                 f"workflow {workflow_id!r} has no {kind} wait named {name!r} (its status is {status!r}); nothing "
                 f"was changed. Run `status` to see what it waits for, or try again once it reaches {name!r}.")
+        if row["status"] == "waiting" and status in state.FINAL_STATUSES:
+            raise NotWaiting(f"workflow {workflow_id!r} is {status} and its wait {name!r} was never decided; nothing "
+                             "was saved. A finished workflow takes no decision: start a new workflow to decide again.")
+        if row["status"] == "waiting" and workflow["cancel_requested"] is not None:
+            request = from_json(workflow["cancel_requested"])
+            raise NotWaiting(f"workflow {workflow_id!r} is being cancelled (requested by {request['by']}: "
+                             f"{request['reason']}); its wait {name!r} takes no decision now and nothing was saved.")
         if row["status"] == "resolved":
             first = from_json(row["decision"])
             if first.get("timed_out"):

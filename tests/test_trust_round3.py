@@ -58,6 +58,24 @@ def outruns_lease(wf):
     return wf.execute_step("hold", hold)
 
 
+@durable_kit.workflow("renewed")
+def renewed(wf):
+    """One step that ends once its lease was renewed three times after a file named ``raised`` appeared."""
+    def watch():
+        conn = sqlite3.connect(wf.db_path)
+        raised = Path(wf.db_path).with_name("raised")
+        seen, deadline = set(), time.monotonic() + 60
+        while len(seen) < 4:
+            assert time.monotonic() < deadline, "the lease was not renewed"
+            if raised.exists():
+                seen.add(conn.execute("SELECT lease_expires_at FROM workflows WHERE id = ?", (wf.id,)).fetchone()[0])
+            time.sleep(0.02)
+        conn.close()
+        return "renewed"
+
+    return wf.execute_step("watch", watch)
+
+
 @durable_kit.workflow("trip")
 def trip(wf):
     """A seat held (undone by releasing it), a ticket wait, then the ticket."""
@@ -213,3 +231,251 @@ def test_a_step_that_outruns_its_lease_with_one_worker_completes_with_no_takeove
     assert row(db, "o1")["status"] == "complete"
     assert named(db, "o1", "attempt_taken_over") == []
     assert activity(db) == ["o1: hold"]
+
+
+# --- 2: a fork never reuses what a cancellation undid ----------------------------------------------------------
+
+
+def cancelled_trip(db: Path, module: Path) -> None:
+    """Trip t1 holds its seat, waits, is cancelled: the hold is released."""
+    start(db, module, "trip", "t1")
+    until_idle(db, module)
+    assert row(db, "t1")["status"] == "waiting"
+    assert kit("cancel", "--db", db, "--workflow", "t1", "--by", "ann", "--reason", "plans changed").returncode == 0
+    until_idle(db, module)
+    assert row(db, "t1")["status"] == "cancelled"
+    assert activity(db) == ["t1: hold", "t1: release hold-t1"]
+
+
+@pytest.mark.parametrize("up_to", ["hold", "compensate:hold"])
+def test_a_fork_of_a_cancelled_workflow_at_a_compensated_step_is_refused_and_creates_nothing(lab, up_to):
+    db, module = lab
+    cancelled_trip(db, module)
+    before = Journal(db).conn.execute("SELECT COUNT(*) FROM workflows").fetchone()[0]
+    done = kit("fork", "--db", db, "--workflow", "t1", "--up-to", up_to, "--new-id", "t2", "--by", "ann",
+               "--module", module)
+    assert done.returncode == 2 and done.stdout == "", (done.stdout, done.stderr)
+    if up_to == "hold":
+        assert done.stderr == (
+            "error: workflow 't1': step 'hold' was undone by its compensation (compensate:hold), so a fork up to "
+            "'hold' would reuse an output that no longer holds. Fork up to a step before 'hold' (the fork runs it "
+            "again), or start a new workflow. Nothing was changed.\n")
+    else:
+        assert done.stderr == (
+            "error: workflow 't1': 'compensate:hold' is a compensation, not a step a fork can continue from. Fork up "
+            "to a step before 'hold' (the fork runs it again), or start a new workflow. Nothing was changed.\n")
+    assert Journal(db).conn.execute("SELECT COUNT(*) FROM workflows").fetchone()[0] == before
+    until_idle(db, module)
+    assert activity(db) == ["t1: hold", "t1: release hold-t1"]  # no ticket for the released hold
+
+
+# --- 4: a decision on a finished workflow is refused -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["approve", "reject"])
+def test_a_decision_on_a_cancelled_workflow_or_one_being_cancelled_is_refused_and_saves_nothing(lab, command):
+    db, module = lab
+    start(db, module, "trip", "t1")
+    until_idle(db, module)
+    assert kit("cancel", "--db", db, "--workflow", "t1", "--by", "ann", "--reason", "plans changed").returncode == 0
+    before = events(db, "t1")
+    decide = [command, "--db", db, "--workflow", "t1", "--wait", "go", "--by", "bob"]
+    done = kit(*decide)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == ("error: workflow 't1' is being cancelled (requested by ann: plans changed); its wait "
+                           "'go' takes no decision now and nothing was saved.\n")
+    until_idle(db, module)
+    assert row(db, "t1")["status"] == "cancelled"
+    after_cancel = events(db, "t1")
+    done = kit(*decide)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == ("error: workflow 't1' is cancelled and its wait 'go' was never decided; nothing was saved. "
+                           "A finished workflow takes no decision: start a new workflow to decide again.\n")
+    assert events(db, "t1") == after_cancel and len(after_cancel) > len(before)
+    assert [w["status"] for w in __import__("durable_kit").waits(Journal(db), "t1")] == ["waiting"]
+    assert not [e for e in after_cancel if e["event"] in ("approved", "rejected")]
+
+
+def test_a_repeated_decision_after_the_workflow_completed_still_returns_the_first(lab):
+    db, module = lab
+    start(db, module, "trip", "t1")
+    until_idle(db, module)
+    decide = ["approve", "--db", db, "--workflow", "t1", "--wait", "go", "--by", "bob"]
+    assert kit(*decide).returncode == 0
+    until_idle(db, module)
+    assert row(db, "t1")["status"] == "complete"
+    again = kit(*decide)
+    assert again.returncode == 0 and again.stdout.endswith("; nothing saved; status complete\n"), again
+    other = kit("reject", *decide[1:])
+    assert other.returncode == 2 and "was already saved and is final" in other.stderr
+
+
+# --- 5: an escalated workflow can be given up ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("worker_running", [False, True])
+def test_cancelling_an_escalated_workflow_runs_its_compensations_newest_first_once_each(lab, worker_running):
+    db, module = lab
+    start(db, module, "gives_up", "e1")
+    until_idle(db, module)
+    assert row(db, "e1")["status"] == "escalated"
+    assert activity(db) == ["e1: first", "e1: second", "e1: flaky", "e1: flaky"]
+    worker = popen_kit("worker", "--db", db, "--module", module, "--poll", "0.05") if worker_running else None
+    try:
+        done = kit("cancel", "--db", db, "--workflow", "e1", "--by", "ann", "--reason", "give up")
+        assert done.returncode == 0, done.stderr
+        if worker is None:
+            until_idle(db, module)
+        else:
+            wait_until(lambda: row(db, "e1")["status"] == "cancelled", timeout=60, what="the cancellation")
+    finally:
+        if worker is not None:
+            stop(worker)
+    assert row(db, "e1")["status"] == "cancelled"
+    assert activity(db) == ["e1: first", "e1: second", "e1: flaky", "e1: flaky", "e1: undo second", "e1: undo first"]
+    cancelled = named(db, "e1", "workflow_cancelled")
+    assert len(cancelled) == 1 and cancelled[0]["detail"] == "cancelled by ann: give up; compensated second, first"
+    until_idle(db, module)  # nothing more runs
+    assert len(activity(db)) == 6
+
+
+# --- 6: `run` never resumes a stopped workflow without a record ----------------------------------------------
+
+
+@pytest.mark.parametrize("kind,status", [("pauses", "paused"), ("breaks", "failed")])
+def test_run_on_a_paused_or_failed_workflow_is_refused_and_resume_records_who_resumed_it(lab, kind, status):
+    db, module = lab
+    start(db, module, kind, "s1")
+    until_idle(db, module)
+    assert row(db, "s1")["status"] == status
+    before = events(db, "s1")
+    done = kit("run", "--db", db, "--workflow", "s1", "--module", module)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (f"error: workflow 's1' is {status}; nothing was changed. Resume it first (`resume`: the "
+                           "history records who resumed it, and from what), then run it or let a worker run it.\n")
+    assert events(db, "s1") == before and activity(db) == ["s1: first"]
+    (db.parent / ("go" if kind == "pauses" else "fixed")).touch()
+    assert kit("resume", "--db", db, "--workflow", "s1", "--by", "ann").returncode == 0
+    run = kit("run", "--db", db, "--workflow", "s1", "--module", module)
+    assert (run.returncode, run.stdout, run.stderr) == (0, "2\n", "")
+    assert [e["detail"] for e in named(db, "s1", "workflow_resumed")] == [f"from {status} by ann"]
+    assert activity(db) == ["s1: first", "s1: second"]
+
+
+def test_a_worker_that_resumes_a_pause_whose_time_came_records_it(tmp_path, kinds):
+    import durable_kit
+    from durable_kit.core.worker import run_worker
+
+    kind = kinds("paused_briefly")
+
+    @durable_kit.workflow(kind)
+    def paused_briefly(wf):
+        marker = Path(f"{wf.db_path}.paused")
+        if not marker.exists():  # the first replay only
+            marker.touch()
+            wf.pause("a provider outage", until=0)
+        return "done"
+
+    db = tmp_path / "journal.db"
+    journal = Journal(db)
+    journal.start(kind, {}, "p1")
+    run_worker(db, until_idle=True, poll=0.01, log=lambda line: None)
+    assert journal.workflow("p1")["status"] == "complete"
+    resumed = [e for e in journal.history("p1") if e["event"] == "workflow_resumed"]
+    assert [e["detail"] for e in resumed] == ["from paused by a worker: the pause's time came"]
+
+
+# --- 9: journal files changed behind a worker's back -------------------------------------------------------------
+
+
+def test_a_worker_whose_write_ahead_log_is_removed_stops_with_the_cause(lab):
+    db, module = lab
+    start(db, module, "pauses", "s1")
+    worker = popen_kit("worker", "--db", db, "--module", module, "--poll", "0.05")
+    try:
+        wait_until(lambda: row(db, "s1")["status"] == "paused", timeout=60, what="the first replay")
+        Path(f"{db}-wal").unlink()
+        code = worker.wait(timeout=60)
+    finally:
+        out, err = stop(worker)[0]
+    assert code == 3 and "Traceback" not in err, (out, err)
+    assert err == (f"error: {db}: its write-ahead log (journal.db-wal) was removed or replaced while a process had "
+                   "the journal open (by hand, a clean-up or sync tool, a restore?), so writes made since may be in a "
+                   "file no other process reads; this process stops and writes nothing more. Stop every process that "
+                   "uses the journal, then check it (`status`, `history`) or restore it from a copy before starting "
+                   "workers again.\n")
+
+
+# Another process that keeps the journal open and writes a line at a time, on request.
+WRITER = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute('PRAGMA journal_mode = WAL')
+print('ready', flush=True)
+while sys.stdin.readline():
+    conn.execute('UPDATE workflows SET updated_at = updated_at + 1')
+    print('wrote', flush=True)
+"""
+
+
+def test_a_worker_that_opens_a_journal_whose_log_another_process_still_writes_stops_with_the_cause(lab):
+    db, module = lab
+    start(db, module, "pauses", "s1")
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert writer.stdout.readline() == "ready\n"
+        for unlink in (False, True):  # a write; the log removed; a write to the log only that process still has
+            if unlink:
+                Path(f"{db}-wal").unlink()
+            writer.stdin.write("write\n")
+            writer.stdin.flush()
+            assert writer.stdout.readline() == "wrote\n"
+        done = kit("worker", "--db", db, "--module", module, "--poll", "0.05", timeout=60)  # no --until-idle
+    finally:
+        writer.stdin.close()
+        writer.wait(timeout=30)
+    assert done.returncode == 3 and "Traceback" not in done.stderr, (done.stdout, done.stderr)
+    assert done.stderr == (f"error: {db}: its write-ahead log (journal.db-wal) was removed or replaced while a "
+                           "process had the journal open (by hand, a clean-up or sync tool, a restore?), so writes "
+                           "made since may be in a file no other process reads; this process stops and writes "
+                           "nothing more. Stop every process that uses the journal, then check it (`status`, "
+                           "`history`) or restore it from a copy before starting workers again.\n")
+    assert "the disk refused a write" not in done.stdout
+
+
+# --- 10: the lease renewer survives any exception -------------------------------------------------------------
+
+RENEWER_RAISES = '''
+import os
+from pathlib import Path
+
+import durable_kit.core.leases
+
+real = durable_kit.core.leases._Renewer._renew_all
+
+
+def renew_all(self, conns, path, due):  # the whole renewal routine meets an exception it does not expect, once
+    marker = Path(os.environ["RENEWER_RAISES_ONCE"])
+    if not marker.exists():
+        marker.write_text("raised")
+        raise RuntimeError("a bug in the renewer")
+    return real(self, conns, path, due)
+
+
+if os.environ.get("RENEWER_RAISES_ONCE"):
+    durable_kit.core.leases._Renewer._renew_all = renew_all
+'''
+
+
+def test_a_renewer_whose_whole_renewal_raises_goes_on_renewing_and_says_so(lab):
+    db, module = lab
+    (db.parent / "raises.py").write_text(RENEWER_RAISES)
+    module.write_text(module.read_text() + "\nimport raises  # noqa: E402,F401\n")
+    start(db, module, "renewed", "r1")
+    done = kit("worker", "--db", db, "--module", module, "--lease-seconds", "1", "--poll", "0.05", "--until-idle",
+               env={"RENEWER_RAISES_ONCE": str(db.parent / "raised")})
+    assert done.returncode == 0 and "Traceback" not in done.stderr, (done.stdout, done.stderr)
+    assert "lease renewals: RuntimeError: a bug in the renewer; the renewer goes on" in done.stderr
+    assert row(db, "r1")["status"] == "complete"
+    assert named(db, "r1", "stale_write_refused") == [] and named(db, "r1", "attempt_taken_over") == []

@@ -42,13 +42,14 @@ from .retries import (TAKEN_OVER_BY_STEP, Crashed, FormatFailure, InvalidRequest
                       record_failure)
 from ..redact import redact, register_secret
 from .state import COMMIT_OUTPUT, COMPLETE, COMPLETE_IN_TRANSACTION, FINAL_STATUSES, move, start_first_attempt
-from .store import (BOUNDARY_HOOK, DB_NOW, append_event, boundary, connect, encode, every_boundary, from_json,
-                    immediate, now, to_json, write)
+from .store import (BOUNDARY_HOOK, DB_NOW, append_event, boundary, connect, encode, every_boundary, files_of,
+                    from_json, immediate, now, to_json, write)
 
 WORKFLOWS: dict[str, Callable[["Workflow"], Any]] = {}  # kind -> its function
 VERSIONS: dict[str, str] = {}  # kind -> the code version a new workflow of that kind records
 INPUTS: dict[str, dict[str, type]] = {}  # kind -> the input keys it needs, and their types
 MAX_RETRY_BUDGET = 1_000_000
+STOPPED = ("paused", "failed", "blocked")  # not final, but no person's run starts them again without a resume
 CRASH_LIMIT = RetryPolicy(max_attempts=3)  # attempts that killed their process before a step without a policy escalates
 
 # How features extend every replay (``change.py`` adds cancellation). ``boundary(wf, new)`` runs before each new
@@ -106,6 +107,18 @@ class Journal:
         self.conn = conn or connect(self.path, self.synchronous, create=create)
         self.relaxing = False  # inside ``relaxed``
         self._log = None  # the write-ahead log, opened for ``sync``
+        self.files = files_of(self.path)  # as opened: a worker checks they are still the same files
+
+    def files_changed(self) -> str | None:
+        """Which of the journal's files was removed or replaced since this process opened it, or None."""
+        files = files_of(self.path)
+        if self.files[1] is None:  # the log appeared after the journal was opened
+            self.files = (self.files[0], files[1])
+        for what, opened, seen in zip((f"the journal's file ({self.path.name})",
+                                       f"its write-ahead log ({self.path.name}-wal)"), self.files, files):
+            if opened != seen:
+                return what
+        return None
 
     @contextmanager
     def relaxed(self):
@@ -645,9 +658,13 @@ class Workflow(Replay):
         waits.wait_for(self, name, "timer", {"seconds": seconds}, seconds)
 
     def end(self, status: str, reason: str) -> None:
-        """End the workflow here with a final ``status`` (rejected, stopped or escalated) and its reason."""
+        """End the workflow here with a final ``status`` (rejected, stopped or escalated) and its reason.
+
+        A step boundary, like an error past the recorded steps: a cancellation asked for before it ends the
+        workflow *cancelled* instead."""
         if status not in ("rejected", "stopped", "escalated"):
             raise ValueError(f"end() takes 'rejected', 'stopped' or 'escalated', not {status!r}")
+        self.at_boundary(new=False)  # a cancellation asked for first ends it instead
         self._stop(status, {"error": redact(reason)}, f"workflow_{status}", reason)
         raise Ended(f"workflow {self.id!r}: {status}: {reason}")
 
@@ -663,7 +680,9 @@ def run_workflow(journal: Journal, workflow_id: str, lease: Lease | None = None,
                  take_over: bool = False) -> Any:
     """Replay the workflow from its first line as far as it can go; return its output, or None.
 
-    A final workflow returns its stored output without running (read in the transaction that grants the lease).
+    A final workflow returns its stored output without running (read in the transaction that grants the lease);
+    a *paused*, *failed* or *blocked* one is refused (``WorkflowError``) unless run under a worker's ``lease``:
+    only ``resume`` starts it again, and says so in the history.
     The replay runs under ``lease``, else takes one (``leases.take``: refused with ``LeaseHeld`` from a live
     owner unless ``take_over``); a heartbeat renews it. ``fenced=False`` runs with no lease: the unsafe way.
     A replay that stops at a retry time, a wait, a pause, an end or a lost lease returns None; the database says
@@ -679,6 +698,10 @@ def run_workflow(journal: Journal, workflow_id: str, lease: Lease | None = None,
                                            (workflow_id,)).fetchone() or journal.row_for_update(workflow_id)
                 if row["status"] in FINAL_STATUSES:
                     return from_json(row["output"])
+                if lease is None and row["status"] in STOPPED:  # a person's run: only a resume starts these again
+                    raise WorkflowError(
+                        f"workflow {workflow_id!r} is {row['status']}; nothing was changed. Resume it first (`resume`: "
+                        "the history records who resumed it, and from what), then run it or let a worker run it.")
                 fn = WORKFLOWS.get(row["kind"])
                 if fn is None:
                     raise WorkflowError(

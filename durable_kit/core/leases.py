@@ -195,7 +195,9 @@ class Heartbeat:
     """Keeps one lease alive while its replay runs: ``with Heartbeat(db_path, lease) as heartbeat:``.
 
     One thread per process renews each lease every third of its length; a failed renewal (said on stderr unless
-    a storage error) is tried at the next beat. ``gave_up``: a renewal found the lease lost or expired."""
+    a storage error) is tried at the next beat, and any exception the thread meets is said on stderr and survived:
+    it goes on renewing (a thread that ends anyway is replaced by the next heartbeat). ``gave_up``: a renewal
+    found the lease lost or expired."""
 
     def __init__(self, db_path: str | Path, lease: Lease):
         self.db_path, self.lease, self.gave_up = str(db_path), lease, False
@@ -236,12 +238,13 @@ class _Renewer:
         while True:
             try:
                 due = self._next_due(conns)
+                for path in {h.db_path for h in due}:
+                    self._renew_all(conns, path, [h for h in due if h.db_path == path])
             except Exception as error:  # never let the thread die: say so, look again a little later
                 self._say(f"lease renewals: {type(error).__name__}: {error}; the renewer goes on")
-                time.sleep(self.IDLE_LOOK)
-                continue
-            for path in {h.db_path for h in due}:
-                self._renew_all(conns, path, [h for h in due if h.db_path == path])
+                with self.wake:  # soon enough for the shortest lease to be renewed in time
+                    pause = min([self.IDLE_LOOK, *(h.lease.seconds / 6 for h in self.beating)])
+                time.sleep(pause)
 
     def _next_due(self, conns: dict[str, sqlite3.Connection]) -> list[Heartbeat]:
         # Sleeps until some heartbeat is due; closes the connections of journals left without a lease.

@@ -240,6 +240,18 @@ def refuse_missing_or_empty(path: Path) -> None:
                            "delete the empty file and `start` again.")
 
 
+def files_of(path: str | Path) -> tuple:
+    """The identity (device, inode) of the journal's file and of its write-ahead log; None for one that is missing."""
+    found = []
+    for name in (str(path), f"{path}-wal"):
+        try:
+            stat = os.stat(name)
+            found.append((stat.st_dev, stat.st_ino))
+        except FileNotFoundError:
+            found.append(None)
+    return tuple(found)
+
+
 BEGIN_ATTEMPTS = 4
 
 

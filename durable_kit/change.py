@@ -22,7 +22,7 @@ import weakref
 from functools import partial
 from typing import Any, Callable
 
-from .errors import Ended, WorkflowError
+from .errors import Ended, WorkflowError, check_text
 from .core.journal import EXTENSIONS, VERSIONS, Journal, Workflow
 from .core import state
 from .core.retries import RetryPolicy, Transient, decide
@@ -197,6 +197,8 @@ def cancel(journal: Journal, workflow_id: str, by: str, reason: str) -> dict:
     already tried may have reached its destination, so it stays pending and
     is sent again with its key, and the history says so.
     """
+    for value, what in ((by, "who cancels"), (reason, "the reason")):
+        check_text(value, what, f"workflow {workflow_id!r}")
     if not by.strip() or not reason.strip():
         raise WorkflowError(f"workflow {workflow_id!r}: say who cancels and why; nothing was changed.")
     with immediate(journal.conn):
@@ -232,6 +234,9 @@ def fork(journal: Journal, workflow_id: str, new_id: str, up_to: str, by: str, i
     cancelled workflow that a compensation undid (or up to a compensation)
     it is refused, and nothing changes.
     """
+    for value, what in ((new_id, "the new id"), (up_to, "the step to fork up to"), (by, "who forks it")):
+        if not check_text(value, what, f"workflow {workflow_id!r}").strip():
+            raise WorkflowError(f"workflow {workflow_id!r}: {what} is empty; give it. Nothing was changed.")
     conn = journal.conn
     with immediate(conn):
         original = journal.row_for_update(workflow_id)

@@ -14,7 +14,7 @@ import time
 
 from .core import state
 from .core.store import append_event, from_json, immediate, now, to_json
-from .errors import WorkflowError
+from .errors import WorkflowError, check_text
 
 
 class NotWaiting(WorkflowError):
@@ -41,7 +41,7 @@ def reject(journal, workflow_id: str, by: str, comment: str = "", wait: str | No
 
 def answer(journal, workflow_id: str, text: str, by: str, wait: str | None = None) -> dict:
     """Answer the question ``wait`` and make the workflow runnable; the decision (see ``decide_wait``)."""
-    if not text.strip():
+    if not check_text(text, "the answer", f"workflow {workflow_id!r}").strip():
         raise WorkflowError(f"workflow {workflow_id!r}: the answer is empty; write the answer, then submit.")
     return decide_wait(journal, workflow_id, wait, "clarification", {"answer": text, "by": by})
 
@@ -54,6 +54,10 @@ def decide_wait(journal, workflow_id: str, wait: str | None, kind: str, decision
     open wait of a finished workflow or of one being cancelled (``NotWaiting``), no ``wait`` named while the
     workflow has had several of this kind (``WhichWait``).
     """
+    where = f"workflow {workflow_id!r}" + ("" if wait is None else f", wait {wait!r}")
+    for what in ("by", "comment"):
+        if what in decision:
+            check_text(decision[what], f"the decision's {what!r}", where)
     if not decision["by"].strip():
         raise WorkflowError(f"workflow {workflow_id!r}: say who decides (a name); nothing was changed.")
     deciding = "answer" if kind == "clarification" else "approved"

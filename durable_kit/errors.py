@@ -42,6 +42,23 @@ class LeaseLost(BaseException):
     """
 
 
+def check_text(value: Any, what: str, where: str) -> str:
+    """``value`` if it is text the kit can store and print; else a ``WorkflowError`` saying what to give instead.
+
+    Refused: anything but a ``str``, and a string holding a lone surrogate (a byte that was not UTF-8, as Python
+    decodes an undecodable command-line argument), which no file or terminal can hold.
+    """
+    if not isinstance(value, str):
+        raise WorkflowError(f"{where}: {what} must be text (a str), not {type(value).__name__}; nothing was changed. "
+                            "Give it as a string.")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise WorkflowError(f"{where}: {what} is not valid text (it holds {value[error.start]!r}, a byte that was not "
+                            "UTF-8 or a lone surrogate); nothing was changed. Give it in UTF-8.") from None
+    return value
+
+
 class SettingError(ValueError):
     """A setting (an environment variable, a flag) has a value the kit cannot use; nothing was opened or written."""
 

@@ -479,3 +479,116 @@ def test_a_renewer_whose_whole_renewal_raises_goes_on_renewing_and_says_so(lab):
     assert "lease renewals: RuntimeError: a bug in the renewer; the renewer goes on" in done.stderr
     assert row(db, "r1")["status"] == "complete"
     assert named(db, "r1", "stale_write_refused") == [] and named(db, "r1", "attempt_taken_over") == []
+
+
+# --- 7: inputs refused before anything is written; terminal output never raw ----------------------------------
+
+
+def test_delays_and_waits_past_a_hundred_years_are_refused():
+    import durable_kit
+
+    for field in ("base_delay", "max_delay"):
+        with pytest.raises(ValueError) as refused:
+            durable_kit.RetryPolicy(**{field: 1e308})
+        assert str(refused.value) == (f"RetryPolicy: {field} must be a finite number of seconds from 0 to 3155760000 "
+                                      "(100 years), not 1e+308")
+    with pytest.raises(ValueError, match=r"^RateLimited: retry_after must be a finite number of seconds from 0"):
+        durable_kit.RateLimited("slow down", float("nan"))
+    assert durable_kit.RetryPolicy(5, base_delay=3e9, max_delay=3e9).delay(5_000) == 3e9  # no overflow either
+
+
+@pytest.mark.parametrize("flag,value", [("--lease-seconds", "1e308"), ("--lease-seconds", "3601"),
+                                        ("--poll", "inf")])
+def test_a_worker_with_a_lease_or_poll_past_an_hour_is_refused(db, flag, value):
+    done = kit("worker", "--db", db, flag, value, "--until-idle")
+    assert done.returncode == 2 and not db.exists()
+    assert done.stderr.splitlines()[-1].endswith(f"argument {flag}: {value} seconds: give a number from "
+                                                 f"{'0.3' if flag == '--lease-seconds' else '0.01'} to 3600")
+
+
+def test_run_worker_refuses_a_lease_past_an_hour_before_opening_anything(db):
+    from durable_kit import run_worker
+    from durable_kit.errors import SettingError
+
+    with pytest.raises(SettingError, match=r"^run_worker: lease_seconds must be a number of seconds above 0 and at "
+                                           r"most 3600, not 1e\+308; nothing was run\.$"):
+        run_worker(db, lease_seconds=1e308, until_idle=True)
+    assert not db.exists()
+
+
+def test_an_input_with_a_lone_surrogate_is_refused_and_nothing_is_started(db, kinds):
+    import durable_kit
+
+    kind = kinds()
+    durable_kit.workflow(kind)(lambda wf: None)
+    journal = Journal(db)
+    with pytest.raises(durable_kit.NotJSON) as refused:
+        journal.start(kind, {"topic": "caf\udce9"}, "w1")
+    assert str(refused.value) == (
+        "workflow 'w1': the workflow input cannot be stored as JSON (it holds a lone surrogate, '\\udce9'). Give text "
+        "in UTF-8 (a lone surrogate is usually a byte that was not UTF-8). Nothing was written.")
+    assert journal.conn.execute("SELECT COUNT(*) FROM workflows").fetchone()[0] == 0
+    assert journal.start(kind, {"topic": "caf\u00e9 \U0001F600"}, "w2") == "w2"  # real text outside the BMP is fine
+
+
+def undecodable(*args: str) -> subprocess.CompletedProcess:
+    """``python -m durable_kit ARGS`` with every ``\\xff`` in ARGS passed as that raw byte (not UTF-8)."""
+    raw = [os.fsencode(a).replace(b"\\xff", b"\xff") for a in map(str, args)]
+    return subprocess.run([os.fsencode(sys.executable), b"-m", b"durable_kit", *raw], cwd=ROOT, capture_output=True,
+                          timeout=60)
+
+
+def test_command_line_arguments_that_are_not_utf8_are_refused_in_one_line(lab):
+    from conftest import dump
+
+    db, module = lab
+    start(db, module, "trip", "t1")
+    until_idle(db, module)
+    before = dump(db)
+    for args, flag in ((("start", "--db", db, "--module", module, "--kind", "trip", "--input", "{}", "--id", "t\\xff"),
+                        "--id"),
+                       (("approve", "--db", db, "--workflow", "t1", "--by", "bob", "--comment", "fine\\xff"),
+                        "--comment"),
+                       (("start", "--db", db, "--kind", "reviewed_report", "--topic", "a\\xff"), "--topic")):
+        done = undecodable(*args)
+        assert (done.returncode, done.stdout) == (2, b""), done
+        assert done.stderr == (f"error: {flag} is not valid UTF-8 text (it holds the byte 0xff); nothing was "
+                               "changed. Give it in UTF-8.\n").encode()
+    assert dump(db) == before
+
+
+@pytest.mark.parametrize("by,comment,what", [(None, "", "'by' must be text (a str), not NoneType"),
+                                             ("bob", 5, "'comment' must be text (a str), not int"),
+                                             ("b\udcffb", "", "'by' is not valid text")])
+def test_a_decision_whose_fields_are_not_text_is_refused_and_saves_nothing(lab, by, comment, what):
+    import durable_kit
+    from conftest import dump
+
+    db, module = lab
+    start(db, module, "trip", "t1")
+    until_idle(db, module)
+    before = dump(db)
+    with pytest.raises(durable_kit.WorkflowError) as refused:
+        durable_kit.approve(Journal(db), "t1", by, comment, wait="go")
+    assert str(refused.value).startswith(f"workflow 't1', wait 'go': the decision's {what}")
+    assert str(refused.value).count("\n") == 0 and "nothing was changed" in str(refused.value)
+    assert dump(db) == before
+
+
+def test_bidirectional_and_control_characters_never_reach_the_terminal_raw(lab):
+    db, module = lab
+    tricky = "t\u202e1\x1b[2J"
+    start(db, module, "trip", tricky)
+    until_idle(db, module)
+    approved = kit("approve", "--db", db, "--workflow", tricky, "--by", "bob\u2066", "--comment", "ok\rno")
+    assert approved.returncode == 0, approved.stderr
+    assert approved.stdout == ("t\\u202e1\\x1b[2J, wait 'go': saved: approved by bob\\u2066: ok\\x0dno; "
+                               "status pending\n")
+    for command in ("status", "history"):
+        shown = kit(command, "--db", db, "--workflow", tricky)
+        assert shown.returncode == 0, shown.stderr
+        for raw in ("\u202e", "\x1b", "\u2066", "\r"):
+            assert raw not in shown.stdout + shown.stderr, (command, shown.stdout)
+    assert "\\u202e" in kit("status", "--db", db, "--workflow", tricky).stdout
+    missing = kit("status", "--db", db, "--workflow", "x\u202ey")
+    assert missing.returncode == 2 and "\u202e" not in missing.stderr and "x\\u202ey" in missing.stderr

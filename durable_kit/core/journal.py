@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import state, waits
-from ..errors import Ended, LeaseLost, NonDeterminism, Suspended, WorkflowError, is_storage_fault
+from ..errors import Ended, LeaseLost, NonDeterminism, Suspended, WorkflowError, check_text, is_storage_fault
 from .leases import Heartbeat, Lease, check_lease, new_owner, release, superseded, take
 from .retries import (TAKEN_OVER_BY_STEP, Crashed, FormatFailure, InvalidRequest, OutranLease, RetryPolicy,
                       record_failure)
@@ -162,7 +162,7 @@ class Journal:
                 f"no module in this process registered the workflow kind {kind!r} (known: {sorted(WORKFLOWS)}); "
                 "nothing was started. Import the module that defines it, or pass registered_elsewhere=True if "
                 "only the workers load it.")
-        if workflow_id is not None and not workflow_id.strip():
+        if workflow_id is not None and not check_text(workflow_id, "the id", f"a workflow of kind {kind!r}").strip():
             raise WorkflowError("a workflow id cannot be empty (an unset variable?): an empty id would start a new "
                                 "task every time. Give the id, or leave it out for a random one. Nothing was started.")
         workflow_id = workflow_id or uuid.uuid4().hex[:12]

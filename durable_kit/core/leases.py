@@ -28,6 +28,7 @@ from . import state
 from .store import DB_NOW, append_event, immediate
 
 LEASE_SECONDS = 10.0
+LEASE_SECONDS_MAX = 3600.0  # an hour: an owner that died on another machine is noticed only when its lease expires
 __all__ = ["LeaseHeld", "LeaseLost"]  # re-exported: they are raised here
 
 

@@ -15,9 +15,10 @@ import sqlite3
 import time
 from pathlib import Path
 
-from ..errors import WorkflowError, describe_storage_fault, files_changed, files_changed_message, passes_by_waiting
+from ..errors import (SettingError, WorkflowError, describe_storage_fault, files_changed, files_changed_message,
+                      passes_by_waiting)
 from .journal import WORKFLOWS, Journal, run_workflow
-from .leases import LEASE_SECONDS, Lease, grant, new_owner, revoke_abandoned
+from .leases import LEASE_SECONDS, LEASE_SECONDS_MAX, Lease, grant, new_owner, revoke_abandoned
 from .state import DUE
 from .store import StorageFault, append_event, immediate, now
 
@@ -113,6 +114,10 @@ def run_worker(db_path: str | Path, *, once: bool = False, until_idle: bool = Fa
     (``sqlite3.Error``) with ``once`` or ``until_idle``; without them the worker keeps trying, except where the
     journal's file or its write-ahead log was removed or replaced behind its back: that is always raised
     (``FilesChanged``, or ``sqlite3.Error`` where SQLite found it first)."""
+    for value, name, low, high in ((lease_seconds, "lease_seconds", 0.0, LEASE_SECONDS_MAX), (poll, "poll", 0.0, 3600.0)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not low < value <= high:
+            raise SettingError(f"run_worker: {name} must be a number of seconds above {low:g} and at most {high:g}, "
+                               f"not {value!r}; nothing was run.")
     journal = _open(db_path, poll, log)
     owner = new_owner()
     if not leases:

@@ -3,9 +3,11 @@
 A decision names the wait it answers and is saved in the transaction that
 makes the workflow runnable, so no worker runs it without the decision.
 Decisions are final: the same one again saves nothing, a different one is
-refused. A decision that names no wait is taken only while the workflow has
-had exactly one wait of that kind. The waiting itself is the engine's
-(``core/waits.py``).
+refused. A decision on an open wait of a finished workflow, or of one being
+cancelled, is refused and saves nothing. A decision that names no wait is
+taken only while the workflow has had exactly one wait of that kind. What
+comes back is the decision as stored, secrets redacted. The waiting itself is
+the engine's (``core/waits.py``).
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import json
 import time
 
 from .core import state
-from .core.store import append_event, from_json, immediate, now, to_json
+from .core.store import append_event, encode, from_json, immediate, now
 from .errors import WorkflowError, check_text
 
 
@@ -47,7 +49,8 @@ def answer(journal, workflow_id: str, text: str, by: str, wait: str | None = Non
 
 
 def decide_wait(journal, workflow_id: str, wait: str | None, kind: str, decision: dict) -> dict:
-    """Save ``decision`` on one wait, in one ``BEGIN IMMEDIATE``; return it with ``wait``, ``saved``, ``decided_at``.
+    """Save ``decision`` on one wait, in one ``BEGIN IMMEDIATE``; return it as stored (secrets redacted) with
+    ``wait``, ``saved`` and ``decided_at``.
 
     The same decision again returns the first with ``saved`` False and writes nothing. Refused, changing
     nothing: a different decision or one after the deadline (``DecisionConflict``), a wait not reached, or an
@@ -91,7 +94,7 @@ def decide_wait(journal, workflow_id: str, wait: str | None, kind: str, decision
                 raise DecisionConflict(f"workflow {workflow_id!r}, wait {name!r}: {describe(first)} was already saved "
                                        "and is final; nothing was changed. Start a new workflow to decide differently.")
             return {**first, "wait": name, "saved": False, "decided_at": row["resolved_at"]}
-        decision_json, decided_at = to_json(decision, workflow_id, name, f"{kind} decision"), now()
+        (decision_json, decision), decided_at = encode(decision, workflow_id, name, f"{kind} decision"), now()
         conn.execute("UPDATE waits SET status = 'resolved', decision = ?, resolved_at = ? WHERE workflow_id = ?"
                      " AND name = ?", (decision_json, decided_at, workflow_id, name))
         state.wake(conn, workflow_id)  # a replay already running finds the decision under the lock instead

@@ -11,7 +11,7 @@ import pytest
 
 import durable_kit
 import durable_kit.workshop.agents  # noqa: F401  (registers research_report and reviewed_report)
-from durable_kit import Journal, Workflow, WorkflowError, run_workflow
+from durable_kit import Journal, Workflow, WorkflowError, resume, run_workflow
 from durable_kit.core import waits as waits_module
 from durable_kit.admin import describe_outcome, open_wait, waits
 from durable_kit.decisions import DecisionConflict, NotWaiting, answer, approve, reject
@@ -394,6 +394,7 @@ def test_a_wait_name_saved_for_one_kind_cannot_be_reused_for_another(journal, ki
                                                 f"not '{code}'"):
             run_workflow(journal, "w1")
         assert dump(journal.path)["waits"] == saved
+        resume(journal, "w1", by="ops")  # failed by the refusal: resumed under the next version of the code
 
 
 def test_a_wait_kind_must_be_known(journal, kinds):

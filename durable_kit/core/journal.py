@@ -549,7 +549,8 @@ class Workflow(Replay):
         ``repair(message)`` gets one try after ``InvalidRequest`` or ``FormatFailure``, ``fallback()`` after a
         ``FormatFailure`` repair did not fix; a retry repeats the repair, not the request. Attempts whose process
         died count (``Crashed``: ``retry.max_attempts``, else ``CRASH_LIMIT``); taken-over ones do not, but as many
-        taken over in a row (since the step last failed) escalate it: its activity outran its lease (``OutranLease``).
+        taken over in a row because their lease expired (since the step last failed) escalate it: its activity
+        outran its lease (``OutranLease``).
         ``versions`` are recorded with the step; ``compensate(output)`` undoes it if the workflow is cancelled.
         """
         input_json = to_json(step_input, self.id, name, "step input")

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ..errors import LeaseHeld, LeaseLost
 from ..redact import redact
-from .retries import TAKEN_OVER
+from .retries import EXPIRED, TAKEN_OVER
 from . import state
 from .store import DB_NOW, append_event, immediate
 
@@ -118,17 +118,22 @@ def take(conn: sqlite3.Connection, row, owner: str, take_over: bool = False,
             "--take-over to fence that owner out (its attempt then counts as taken over, not as a crash).")
     lease = grant(conn, row["id"], owner, seconds, only_if_due=False)
     if holder is not None and (live or owner_is_alive(holder)):
-        note_taken_over(conn, row["id"], holder, row["fencing_token"], lease.token)
+        note_taken_over(conn, row["id"], holder, row["fencing_token"], lease.token, expired=False)
     return lease
 
 
-def note_taken_over(conn: sqlite3.Connection, workflow_id: str, owner: str, token: int, new_token: int) -> None:
-    """Inside the takeover's transaction: one ``attempt_taken_over`` event per step ``owner`` was running."""
+def note_taken_over(conn: sqlite3.Connection, workflow_id: str, owner: str, token: int, new_token: int,
+                    expired: bool) -> None:
+    """Inside the takeover's transaction: one ``attempt_taken_over`` event per step ``owner`` was running.
+
+    ``expired``: its lease ran out (``EXPIRED`` in the detail, which ``TAKEN_OVER_BY_STEP`` counts toward an
+    activity that outran its lease); else a person's ``run --take-over`` fenced it out."""
+    why = EXPIRED if expired else "a person's run took over"
     for step in conn.execute("SELECT name, attempts FROM steps WHERE workflow_id = ? AND status = 'running'",
                              (workflow_id,)).fetchall():
         append_event(conn, workflow_id, step["name"], TAKEN_OVER,
-                     f"attempt {step['attempts']} (token {token}) by {owner} was running when token {new_token} "
-                     "took over; it is not counted as a crash")
+                     f"attempt {step['attempts']} (token {token}) by {owner} was running when {why} (token "
+                     f"{new_token}); it is not counted as a crash")
 
 
 def check_lease(conn: sqlite3.Connection, lease: Lease, live: bool = False) -> None:
@@ -178,7 +183,8 @@ def revoke_abandoned(conn: sqlite3.Connection, assume_dead: bool = False,
             state.take_back(conn, row["id"])
             append_event(conn, row["id"], None, "recovered", why)
             if not assume_dead and trust_pids and owner_is_alive(row["owner"]):  # paused past its lease, not dead
-                note_taken_over(conn, row["id"], row["owner"], row["fencing_token"], row["fencing_token"] + 1)
+                note_taken_over(conn, row["id"], row["owner"], row["fencing_token"], row["fencing_token"] + 1,
+                                expired=True)
             revoked.append((row["id"], why))
     return revoked
 

@@ -17,11 +17,13 @@ from .store import append_event, now
 
 # An attempt ended by another owner taking its lease while its process lived (``leases.note_taken_over``): not a
 # crash, never counted toward ``max_attempts``. TAKEN_OVER_BY_STEP, per step of workflow ?1: ``attempts`` taken
-# over in all, and ``in_a_row``, those since the step's last recorded failure (each an attempt that outran its lease).
+# over in all, and ``in_a_row``, those whose lease expired (``EXPIRED``, not a person's take-over) since the step's
+# last recorded failure: each an attempt that outran its lease.
 TAKEN_OVER = "attempt_taken_over"
+EXPIRED = "its lease expired"
 TAKEN_OVER_BY_STEP = (
-    "SELECT step, COUNT(*) AS attempts, SUM(seq > COALESCE((SELECT MAX(f.seq) FROM history f WHERE f.workflow_id = ?1"
-    "   AND f.step = h.step AND f.event = 'step_failed'), 0)) AS in_a_row"
+    f"SELECT step, COUNT(*) AS attempts, SUM(detail LIKE '%{EXPIRED}%' AND seq > COALESCE((SELECT MAX(f.seq)"
+    "   FROM history f WHERE f.workflow_id = ?1 AND f.step = h.step AND f.event = 'step_failed'), 0)) AS in_a_row"
     f" FROM history h WHERE workflow_id = ?1 AND event = '{TAKEN_OVER}' GROUP BY step")
 
 

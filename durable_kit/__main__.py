@@ -118,12 +118,13 @@ def cmd_cancel(args) -> int:
     """Ask a workflow to stop at its next step boundary; a worker then runs its compensations."""
     from .change import cancel
     from .core.journal import Journal
+    from .redact import redact_value
 
     row = cancel(Journal(args.db, create=False), args.workflow, args.by, args.reason)
     first = json.loads(row["cancel_requested"])
     if args.json:
         print(json.dumps({"workflow_id": args.workflow, "status": row["status"], "cancel_requested": first}))
-    elif first != {"by": args.by, "reason": args.reason}:  # cancelling again keeps the first request
+    elif first != redact_value({"by": args.by, "reason": args.reason}):  # cancelling again keeps the first request
         print(f"{args.workflow}: already being cancelled (requested by {first['by']}: {first['reason']}; "
               f"status {row['status']}); nothing was changed")
     else:

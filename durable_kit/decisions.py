@@ -84,6 +84,7 @@ def decide_wait(journal, workflow_id: str, wait: str | None, kind: str, decision
             request = from_json(workflow["cancel_requested"])
             raise NotWaiting(f"workflow {workflow_id!r} is being cancelled (requested by {request['by']}: "
                              f"{request['reason']}); its wait {name!r} takes no decision now and nothing was saved.")
+        decision_json, decision = encode(decision, workflow_id, name, f"{kind} decision")  # as stored: redacted
         if row["status"] == "resolved":
             first = from_json(row["decision"])
             if first.get("timed_out"):
@@ -91,10 +92,11 @@ def decide_wait(journal, workflow_id: str, wait: str | None, kind: str, decision
                                        f"{utc(first['deadline'])}, before this decision; the workflow went on "
                                        "without it and nothing was saved.")
             if first[deciding] != decision[deciding]:
-                raise DecisionConflict(f"workflow {workflow_id!r}, wait {name!r}: {describe(first)} was already saved "
-                                       "and is final; nothing was changed. Start a new workflow to decide differently.")
+                raise DecisionConflict(f"workflow {workflow_id!r}, wait {name!r}: the decision saved first "
+                                       f"({describe(first)}) is final; nothing was changed. Start a new workflow to "
+                                       "decide differently.")
             return {**first, "wait": name, "saved": False, "decided_at": row["resolved_at"]}
-        (decision_json, decision), decided_at = encode(decision, workflow_id, name, f"{kind} decision"), now()
+        decided_at = now()
         conn.execute("UPDATE waits SET status = 'resolved', decision = ?, resolved_at = ? WHERE workflow_id = ?"
                      " AND name = ?", (decision_json, decided_at, workflow_id, name))
         state.wake(conn, workflow_id)  # a replay already running finds the decision under the lock instead

@@ -307,7 +307,7 @@ def test_a_repeated_decision_after_the_workflow_completed_still_returns_the_firs
     again = kit(*decide)
     assert again.returncode == 0 and again.stdout.endswith("; nothing saved; status complete\n"), again
     other = kit("reject", *decide[1:])
-    assert other.returncode == 2 and "was already saved and is final" in other.stderr
+    assert other.returncode == 2 and "the decision saved first (approved by bob) is final" in other.stderr
 
 
 # --- 5: an escalated workflow can be given up ------------------------------------------------------------------

@@ -175,7 +175,7 @@ def test_a_different_decision_is_a_conflict_and_changes_nothing(journal, gated, 
             second(journal, "g1", "bob", "other")
         message = str(raised.value)
         assert "workflow 'g1'" in message and "wait 'gate'" in message
-        assert f"{saved}: final was already saved and is final" in message
+        assert f"the decision saved first ({saved}: final) is final" in message
         assert "nothing was changed" in message
         assert dump(journal.path) == before
 
@@ -277,7 +277,7 @@ def test_an_answer_is_what_ask_returns_and_is_final(journal, kinds):
     assert journal.history("q1")[-1]["detail"] == "answered by ana: pumps"
     before = dump(journal.path)
     assert answer(journal, "q1", "pumps", "bob") == {**first, "saved": False}
-    with pytest.raises(DecisionConflict, match="'q1', wait 'clarify': answered by ana: pumps was already saved"):
+    with pytest.raises(DecisionConflict, match=r"'q1', wait 'clarify': the decision saved first \(answered by ana: pumps\) is final"):
         answer(journal, "q1", "valves", "bob")
     assert dump(journal.path) == before
 

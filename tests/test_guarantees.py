@@ -86,7 +86,7 @@ def test_a_repeated_approval_never_decides_a_later_wait(tmp_path):
     assert "name the one you decide (--wait NAME); nothing was changed" in repeat.stderr
     # A late rejection meant for the plan is refused; it must not reject the payment either.
     late = kit("reject", *common, "--by", "Eli", "--wait", "plan", expect=2)
-    assert "wait 'plan': approved by Dana: plan is fine was already saved and is final" in late.stderr
+    assert "wait 'plan': the decision saved first (approved by Dana: plan is fine) is final" in late.stderr
     # Named, the repeat is answered with the first decision and saves nothing.
     named = kit("approve", *common, "--by", "Dana", "--wait", "plan")
     assert named.stdout.startswith("g1, wait 'plan': already approved by Dana at ")

@@ -240,6 +240,18 @@ def refuse_missing_or_empty(path: Path) -> None:
                            "delete the empty file and `start` again.")
 
 
+def files_of(path: str | Path) -> tuple:
+    """The identity (device, inode) of the journal's file and of its write-ahead log; None for one that is missing."""
+    found = []
+    for name in (str(path), f"{path}-wal"):
+        try:
+            stat = os.stat(name)
+            found.append((stat.st_dev, stat.st_ino))
+        except FileNotFoundError:
+            found.append(None)
+    return tuple(found)
+
+
 BEGIN_ATTEMPTS = 4
 
 
@@ -285,7 +297,8 @@ def encode(value: Any, workflow_id: str, step: str | None, what: str,
     """``to_json``, and that JSON decoded again: what every later read of the stored value returns.
 
     Secrets are redacted in the decoded value, string by string and key by key, never across two strings.
-    ``NotJSON``: not strict JSON, nested deeper than ``MAX_DEPTH``, or keys that redaction would merge.
+    ``NotJSON``: not strict JSON, nested deeper than ``MAX_DEPTH``, a string with a lone surrogate, or keys that
+    redaction would merge.
     """
     if value is None:
         return "null", None
@@ -304,6 +317,10 @@ def encode(value: Any, workflow_id: str, step: str | None, what: str,
         # json.dumps turns int, float, bool and None keys into strings: a value not equal once decoded is walked.
         if problem is None and decoded != value:
             problem = describe_json_problem(value, MAX_DEPTH)
+        if problem is None and "\\ud" in text:  # a character outside the BMP, or a lone surrogate: not text
+            problem = lone_surrogate(decoded)
+            if problem:
+                advice = "Give text in UTF-8 (a lone surrogate is usually a byte that was not UTF-8)."
         if problem is None:
             entries = secrets_in_json(text)
             if not entries:  # the usual case: a quick look at the text finds no secret's mark
@@ -317,6 +334,15 @@ def encode(value: Any, workflow_id: str, step: str | None, what: str,
     if problem.startswith("it is nested"):
         advice = f"Use a flatter value (at most {MAX_DEPTH} levels of lists and objects)."
     raise NotJSON(f"{_where(workflow_id, step)}: the {what} cannot be stored as JSON ({problem}). {advice} {outcome}")
+
+
+def lone_surrogate(value: Any) -> str | None:
+    """Where a decoded JSON value holds a lone surrogate (no file or terminal can hold one), or None."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as error:
+        return f"it holds a lone surrogate, {error.object[error.start]!r}"
+    return None
 
 
 def _where(workflow_id: str, step: str | None) -> str:

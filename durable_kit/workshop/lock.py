@@ -85,20 +85,26 @@ def read_lock(path: Path = LOCK) -> list[Pin]:
 
 
 def environment(python: str, system: str) -> dict[str, str]:
-    """The marker variables pip would see running Python ``python`` (``3.X``) on ``system``."""
+    """The marker variables pip would see running Python ``python`` (``3.X``, meaning 3.X.0, or ``3.X.Y``)."""
     markers, _ = SYSTEMS[system]
-    return {"python_version": python, "python_full_version": f"{python}.0", "os_name": "posix",
+    full = python if python.count(".") == 2 else f"{python}.0"
+    return {"python_version": ".".join(full.split(".")[:2]), "python_full_version": full, "os_name": "posix",
             "implementation_name": "cpython", "platform_python_implementation": "CPython", "extra": "",
             "platform_release": "", "platform_version": "", **markers}
 
 
-def project_requirements(names: tuple[str, ...]) -> list[str]:
-    """The requirements pyproject.toml gives the project with the extras ``names`` (each extra's own extras too)."""
+def pyproject() -> dict:
+    """pyproject.toml, read."""
     try:
         import tomllib
     except ImportError:  # Python 3.10: the test extra brings tomli
         import tomli as tomllib
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def project_requirements(names: tuple[str, ...]) -> list[str]:
+    """The requirements pyproject.toml gives the project with the extras ``names`` (each extra's own extras too)."""
+    project = pyproject()["project"]
     found, wanted, seen = list(project["dependencies"]), list(names), set()
     while wanted:
         extra = wanted.pop()
@@ -170,8 +176,9 @@ def installed_differences(which: str = "all") -> list[str]:
     """Each package of the set whose version here is not the lock's: ``name: lock X, installed Y``."""
     from importlib.metadata import PackageNotFoundError, version
 
-    python = f"{sys.version_info[0]}.{sys.version_info[1]}"
-    lines = []
+    import platform
+
+    python, lines = platform.python_version(), []
     for pin in pins_for(python, this_system(), which):
         try:
             found = version(pin.name)
@@ -183,11 +190,13 @@ def installed_differences(which: str = "all") -> list[str]:
 
 
 def download_command(python: str, system: str, pins: list[Pin], folder: Path) -> list[str]:
-    """``pip download`` of exactly these pins' wheels for that Python and system, no source builds."""
+    """``pip download`` of exactly these pins' wheels for that Python and system, no source builds; and the build
+    backend an offline ``pip install -e .`` needs (pyproject's ``[build-system]``, not pinned by the lock)."""
     _, platforms = SYSTEMS[system]
     return [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
             "--python-version", python, "--implementation", "cp", *(f"--platform={p}" for p in platforms),
-            "--dest", str(folder), *(f"{pin.name}=={pin.version}" for pin in pins)]
+            "--dest", str(folder), *pyproject()["build-system"]["requires"],
+            *(f"{pin.name}=={pin.version}" for pin in pins)]
 
 
 def download(python: str, system: str, which: str, folder: Path) -> tuple[bool, str]:
@@ -199,7 +208,7 @@ def download(python: str, system: str, which: str, folder: Path) -> tuple[bool, 
         why = ", ".join(missing) or done.stderr.strip().splitlines()[-1]
         return False, f"FAIL  Python {python} on {system}, {which}: no wheel for {why}"
     size = sum(f.stat().st_size for f in folder.iterdir())
-    return True, (f"ok    Python {python} on {system}, {which}: {len(pins)} pinned packages, "
+    return True, (f"ok    Python {python} on {system}, {which}: {len(pins)} pinned packages and the build backend, "
                   f"{len(list(folder.iterdir()))} wheels, {size / 1e6:.0f} MB")
 
 
@@ -215,13 +224,14 @@ def main(argv: list[str] | None = None) -> int:
     what.add_argument("--download", metavar="DIR", help="download their wheels into DIR (a wheelhouse)")
     what.add_argument("--check", action="store_true", help="download each into a temporary folder: all found?")
     what.add_argument("--installed", action="store_true",
-                      help="compare this environment with the lock: each package of the set at another version")
+                      help="compare this environment with the lock: each package of the set at another version "
+                           "(exit code 1 if any)")
     args = parser.parse_args(argv)
     pythons, systems = args.python or list(PYTHONS), args.system or ["linux-x86_64"]
     if args.installed:
         moved = installed_differences(args.set)
         print("\n".join(moved) if moved else f"every package of the {args.set} set is at the lock's version")
-        return 0
+        return 1 if moved else 0
     if args.differences:
         print(differences_table(systems[0]))
         return 0
@@ -233,17 +243,25 @@ def main(argv: list[str] | None = None) -> int:
     if args.download and (len(pythons) > 1 or len(systems) > 1):
         parser.error("--download fills one wheelhouse: give one --python and one --system")
     results = []
-    for python in pythons:
+    for minor in pythons:
         for system in systems:
-            if args.download:
-                folder = Path(args.download)
-                folder.mkdir(parents=True, exist_ok=True)
-                results.append(download(python, system, args.set, folder))
-            else:
-                with tempfile.TemporaryDirectory(prefix="lock-check-") as tmp:
-                    results.append(download(python, system, args.set, Path(tmp)))
-            print(results[-1][1], flush=True)
+            # A lock may split inside a minor version (a release that needs 3.11.5, say): then both sides, which a
+            # wheelhouse holds together.
+            first, later = f"{minor}.0", f"{minor}.99"
+            split = pins_for(first, system, args.set) != pins_for(later, system, args.set)
+            for python in ((first, later) if split else (minor,)):
+                results.append(fetch(python, system, args.set, args.download))
+                print(results[-1][1], flush=True)
     return 0 if all(ok for ok, _ in results) else 1
+
+
+def fetch(python: str, system: str, which: str, folder: str | None) -> tuple[bool, str]:
+    """``download`` into ``folder``, or into a temporary folder removed afterwards."""
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        return download(python, system, which, Path(folder))
+    with tempfile.TemporaryDirectory(prefix="lock-check-") as tmp:
+        return download(python, system, which, Path(tmp))
 
 
 if __name__ == "__main__":

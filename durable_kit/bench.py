@@ -38,7 +38,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from .core.journal import Journal, Workflow, run_workflow, workflow
 from .core.leases import grant, new_owner
@@ -54,7 +54,7 @@ def bench_steps(wf: Workflow) -> int:
     """``wf.input["steps"]`` trivial steps; step i returns ``{"i": i}``."""
     steps = wf.input["steps"]
     for i in range(steps):
-        wf.execute_step(f"step-{i}", lambda i=i: {"i": i})  # type: ignore[misc]  # mypy cannot type a default-argument lambda
+        wf.execute_step(f"step-{i}", lambda i=i: {"i": i})
     return steps
 
 
@@ -184,7 +184,7 @@ class KitWorkflows:
             lease = grant(self.journal.conn, workflow_id, new_owner(), only_if_due=False)
         wf = self.journal.open(workflow_id, lease)
         for i in range(steps):
-            wf.execute_step(f"step-{i}", lambda i=i: {"i": i})  # type: ignore[misc]  # mypy cannot type a default-argument lambda
+            wf.execute_step(f"step-{i}", lambda i=i: {"i": i})
         return workflow_id, lease
 
     def replay(self, workflow_id: str, lease, steps: int) -> float:
@@ -196,7 +196,7 @@ class KitWorkflows:
         start = time.perf_counter()
         wf = self.journal.open(workflow_id, lease)
         for i in range(steps):
-            wf.execute_step(f"step-{i}", lambda i=i: {"i": i})  # type: ignore[misc]  # mypy cannot type a default-argument lambda
+            wf.execute_step(f"step-{i}", lambda i=i: {"i": i})
         return time.perf_counter() - start
 
     def close(self) -> None:
@@ -301,7 +301,7 @@ def count_fsyncs(folder: Path, levels: tuple[str, ...], steps: int, workflows: i
                        "--steps", str(steps), "--workflows", str(workflows)]
             children[level, phase] = (out, subprocess.Popen(
                 command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_environment()))
-    counts: dict[tuple[str, str], Any] = {}  # a count, or (a str) why there is none
+    counts: dict[tuple[str, str], int | str] = {}
     for key, (out, child) in children.items():
         stdout, stderr = child.communicate(timeout=300)
         if child.returncode != 0 or not out.exists():
@@ -420,7 +420,7 @@ class LangGraphWorkflows:
         from langgraph.checkpoint.sqlite import SqliteSaver
         from langgraph.graph import END, START, StateGraph
 
-        state = TypedDict("BenchState", {"i": int, "steps": int, "output": dict})  # type: ignore[name-match]  # local
+        state = TypedDict("BenchState", {"i": int, "steps": int, "output": dict})
 
         def step(values: dict) -> dict:
             return {"i": values["i"] + 1, "output": {"i": values["i"]}}
@@ -632,7 +632,7 @@ def main(argv: list[str] | None = None) -> None:
                            rounds=args.rounds or settings.rounds,
                            workflow_rounds=args.workflow_rounds or settings.workflow_rounds)
         result = measure(settings, tuple(level.strip().upper() for level in args.levels.split(",")))
-        report: Callable[[dict], str] = steps_report
+        report = steps_report
     elif args.what == "compare":
         result = compare(step_counts or ((20,) if args.quick else (100,)),
                          args.rounds or (2 if args.quick else 5), args.workflow_rounds or (3 if args.quick else 20))

@@ -61,7 +61,7 @@ class Notifier(OutsideWorld):
         """Every delivery, oldest first (only those sent with ``key``, if given)."""
         sql, args = "SELECT seq, key, recipient, message FROM deliveries", ()
         if key is not None:
-            sql, args = sql + " WHERE key = ?", (key,)  # type: ignore[assignment]  # () above
+            sql, args = sql + " WHERE key = ?", (key,)
         return [dict(row) for row in self.conn.execute(sql + " ORDER BY seq", args)]
 
     def count(self, key: str | None = None) -> int:

@@ -107,7 +107,7 @@ class Payments(OutsideWorld):
         """The refunds issued (for one order, if given), oldest first: what reconciliation asks for."""
         sql, args = "SELECT * FROM refunds", ()
         if order_id is not None:
-            sql, args = sql + " WHERE order_id = ?", (order_id,)  # type: ignore[assignment]  # () above
+            sql, args = sql + " WHERE order_id = ?", (order_id,)
         return [self._receipt(row) for row in self.conn.execute(sql + " ORDER BY at, refund_id", args)]
 
     def request_count(self) -> int:

@@ -134,7 +134,7 @@ class FakeService(OutsideWorld):
         """
         sql, args = "SELECT * FROM effects", ()
         if operation is not None:
-            sql, args = sql + " WHERE operation = ?", (operation,)  # type: ignore[assignment]  # () above
+            sql, args = sql + " WHERE operation = ?", (operation,)
         rows = [{"effect_id": r["effect_id"], "key": r["key"], "operation": r["operation"],
                  "payload": json.loads(r["payload"])} for r in self.conn.execute(sql + " ORDER BY seq", args)]
         return [r for r in rows if all(isinstance(r["payload"], dict) and r["payload"].get(field) == value

@@ -93,8 +93,8 @@ def failure_demo(wf: Workflow) -> dict:
     for section in range(1, settings["sections"] + 1):
         step = "answer" if settings["sections"] == 1 else f"answer:{section}"
         answers.append(wf.execute_step(
-            step, lambda s=step: provider.answer(s), {"question": QUESTION, "section": section},  # type: ignore[misc]  # mypy cannot type a default-argument lambda
-            retry=policy, repair=lambda message, s=step: provider.answer(s, feedback=message),  # type: ignore[misc]  # as above
+            step, lambda s=step: provider.answer(s), {"question": QUESTION, "section": section},
+            retry=policy, repair=lambda message, s=step: provider.answer(s, feedback=message),
             fallback=fallback_answer))
     return {"answers": answers}
 

@@ -155,7 +155,7 @@ def use_tool(wf: Workflow, turn: int, action: dict, state: LoopState) -> Any:
             _source_call(db_path, wf.id, f"read {passage_id}")
             return fixture_passage(passage_id)
         names = {f"{prefix}:read:{p}": p for p in args["passages"]}
-        outputs = execute_parallel(wf, {name: (lambda p=p: read(p)) for name, p in names.items()},  # type: ignore[misc]  # mypy cannot type a default-argument lambda
+        outputs = execute_parallel(wf, {name: (lambda p=p: read(p)) for name, p in names.items()},
                                       {name: {"passage": p} for name, p in names.items()})
         return {names[name]: passage for name, passage in outputs.items()}
     if tool == "note_finding":
@@ -191,7 +191,7 @@ def final_answer(state: LoopState, summary: str) -> dict:
 
 
 @workflow("agent_loop", version="agent-loop-1", inputs={"case": str})
-def agent_loop(wf: Workflow) -> dict:  # type: ignore[return]  # the loop ends in wf.end, which raises
+def agent_loop(wf: Workflow) -> dict:
     """Turn after turn: rebuild the input from saved state, ask the model (a step), run its tool (steps)."""
     case = load_case(wf.input["case"])
     state, model = LoopState(case), make_model(wf, case)

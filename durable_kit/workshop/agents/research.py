@@ -28,7 +28,7 @@ def research_and_recommend(wf: Workflow, llm: FakeLLM, topic: str) -> tuple[str,
             wf.end("stopped", f"the answer {topic!r} is still too broad to plan: start a new workflow "
                               "with a narrower topic")
     findings = [
-        wf.execute_step(f"research:{subtopic}", lambda s=subtopic: llm.research(topic, s), {"subtopic": subtopic},  # type: ignore[misc]  # mypy cannot type a default-argument lambda
+        wf.execute_step(f"research:{subtopic}", lambda s=subtopic: llm.research(topic, s), {"subtopic": subtopic},
                         retry=MODEL_RETRY)
         for subtopic in plan["subtopics"]
     ]

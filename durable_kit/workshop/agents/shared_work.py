@@ -43,7 +43,7 @@ def shared_work(wf: Workflow) -> dict:
         return {"step": number}
 
     for number in range(1, wf.input["steps"] + 1):
-        wf.execute_step(f"work:{number}", lambda n=number: work(n))  # type: ignore[misc]  # mypy cannot type a default-argument lambda
+        wf.execute_step(f"work:{number}", lambda n=number: work(n))
     return {"steps": wf.input["steps"]}
 
 

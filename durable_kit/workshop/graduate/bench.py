@@ -28,7 +28,7 @@ from . import engine
 def kit_bench(wf: Workflow) -> int:
     """``steps`` trivial journaled steps."""
     for i in range(wf.input["steps"]):
-        wf.execute_step(f"step-{i}", lambda i=i: {"i": i})  # type: ignore[misc]  # mypy cannot type a default-argument lambda
+        wf.execute_step(f"step-{i}", lambda i=i: {"i": i})
     return wf.input["steps"]
 
 

@@ -343,7 +343,7 @@ def test_a_timer_holds_no_process_and_fires_in_a_later_worker(tmp_path, journal)
         "@workflow('test_waits.cooling')\n"
         "def cooling(wf):\n"
         "    first = wf.execute_step('before', lambda: 'warm')\n"
-        "    wf.sleep('cool_down', 2.0)\n"
+        "    wf.sleep('cool_down', 3600.0)\n"
         "    return [first, wf.execute_step('after', lambda: 'cooled')]\n")
 
     def worker() -> list[str]:
@@ -360,13 +360,16 @@ def test_a_timer_holds_no_process_and_fires_in_a_later_worker(tmp_path, journal)
     assert journal.workflow("t1")["next_run_at"] == wait["wake_at"]
 
     before = dump(journal.path)
-    assert worker() == ["worker stopped"]  # a new process before the time: nothing to do
+    assert worker() == ["worker stopped"]  # a new process before the time (an hour away, however slow): nothing
     assert dump(journal.path) == before
 
-    time.sleep(max(0.0, wait["wake_at"] - time.time()) + 0.02)
+    # The hour passes: the saved time moves back. The later worker fires the timer only if it reads the saved
+    # time; had its replay computed a new one (now + 3600), it would wait again.
+    journal.conn.execute("UPDATE waits SET wake_at = wake_at - 3600 WHERE workflow_id = 't1'")
+    journal.conn.execute("UPDATE workflows SET next_run_at = next_run_at - 3600 WHERE id = 't1'")
     assert worker() == ["t1: complete", "worker stopped"]
     assert journal.workflow("t1")["output"] == ["warm", "cooled"]
-    assert waits(journal, "t1")[0]["wake_at"] == wait["wake_at"]  # the later process kept the first time
+    assert waits(journal, "t1")[0]["wake_at"] == wait["wake_at"] - 3600  # the later process kept the saved time
     assert {s["name"]: s["attempts"] for s in journal.steps("t1")} == {"before": 1, "after": 1}
 
 

@@ -170,7 +170,7 @@ STOPS = r"[^\s\"'`,;&<>}\]]+"  # an unquoted value runs to the next blank, quote
 VALUE = r"(?P<q>[\"'])?(?P<value>(?(q)(?:(?!(?P=q))[^\\\r\n]|\\.)+|(?:\[redacted\]|{stops})))(?(q)(?P=q))"
 
 
-def _named(name: str, text: str, value: str = VALUE.format(stops=STOPS), after: tuple[str, ...] = ()) -> tuple:
+def _named(name: str, text: str | tuple[str, ...], value: str = VALUE.format(stops=STOPS), after: tuple[str, ...] = ()) -> tuple:
     # A row of NAMES: ``name`` (literal text first, quick to search), a separator and a value; in JSON text, the
     # name then its separator.
     return ":=", text, rf"{name}(?={SEPARATOR}){SEPARATOR}{value}", name + IN_JSON, after

@@ -335,8 +335,6 @@ def asks(wf):
 '''
 
 
-@pytest.mark.xfail(strict=True, reason="decide_wait returns the decision it was given, not the one it stored: a "
-                                       "comment's secrets come back unredacted (issue 34, item 8)")
 def test_the_decision_returned_by_approve_reject_and_answer_is_the_stored_one_with_secrets_redacted(tmp_path):
     module, db = tmp_path / "asks.py", tmp_path / "journal.db"
     module.write_text(WAITING_MODULE)
@@ -366,8 +364,6 @@ print(json.dumps(returned))
     assert returned[2]["answer"] == f"use {redact(NOTE)}"
 
 
-@pytest.mark.xfail(strict=True, reason="decide_wait compares a repeated answer with the stored, redacted one: the "
-                                       "same answer again, holding a secret, is refused as a different one")
 def test_the_same_answer_again_with_a_secret_in_it_saves_nothing_and_is_not_refused(tmp_path):
     module, db = tmp_path / "asks.py", tmp_path / "journal.db"
     module.write_text(WAITING_MODULE)

@@ -106,7 +106,7 @@ class Journal:
         self.path, self.synchronous = Path(path), synchronous.upper()
         self.conn = conn or connect(self.path, self.synchronous, create=create)
         self.relaxing = False  # inside ``relaxed``
-        self._log = None  # the write-ahead log, opened for ``sync``
+        self._log: Any = None  # the write-ahead log, opened for ``sync``
         self.files = files_of(self.path)  # as opened: a worker checks they are still the same files
 
     def files_changed(self) -> str | None:
@@ -573,7 +573,8 @@ class Workflow(Replay):
                     "(release the GIL, or split it into shorter steps), then resume it"), policy)
         versions_json = None if versions is None else to_json(versions, self.id, name, "step versions")
         repair_message = tried["repair"] if tried and repair else None
-        run = activity if repair_message is None else partial(repair, repair_message)  # never resend a bad request
+        run: Callable[[], Any] = (activity if repair is None or repair_message is None  # never resend a bad request
+                                  else partial(repair, repair_message))
         while True:
             armed = self._start_attempt(name, input_json, repair_message, versions_json)
             if armed is None:  # another process completed it since this replay began

@@ -18,7 +18,7 @@ from typing import Any, Iterator
 from ..errors import SettingError, describe_json_problem, folder_message
 from ..redact import Unredactable, redact, redact_value, secrets_in_json
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 SYNCHRONOUS_LEVELS = ("OFF", "NORMAL", "FULL", "EXTRA")
 
 
@@ -266,6 +266,7 @@ def write(conn: sqlite3.Connection, sql: str, parameters: tuple = ()) -> int:
         except sqlite3.OperationalError as error:  # nothing was written: the statement rolled back
             if "locked" not in str(error) or attempt == BEGIN_ATTEMPTS:
                 raise
+    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 @contextmanager
@@ -389,9 +390,10 @@ def from_json(text: str | None) -> Any:
 # Named points where a crash can be chosen (``next_step``, ``after_commit:<step>``...): the core calls ``boundary``
 # there. The harness (``durable_kit.harness.faults``) installs what happens and keeps the table of armed points:
 # ``armed`` gives those of some points armed now, ``none_armed`` is SQL true while no point is, ``every`` true asks
-# for every point. NO_HOOK: what the core does without one.
+# for every point, ``sender`` names the (workflow, action) whose send is under way on this thread, for the outside
+# world's books. NO_HOOK: what the core does without one.
 NO_HOOK: dict[str, Any] = {"trip": lambda conn, point, workflow_id: None, "every": lambda: False,
-                           "armed": lambda conn, points: set(), "none_armed": "1"}
+                           "armed": lambda conn, points: set(), "none_armed": "1", "sender": lambda: None}
 BOUNDARY_HOOK: dict[str, Any] = dict(NO_HOOK)
 
 

@@ -34,7 +34,7 @@ def due_workflows(journal: Journal) -> list[str]:
 
 
 def claim_next(journal: Journal, owner: str, lease_seconds: float = LEASE_SECONDS,
-               skip: set[str] = frozenset()) -> Lease | None:
+               skip: set[str] | frozenset[str] = frozenset()) -> Lease | None:
     """Choose and take the soonest due workflow this process can run (not in ``skip``), in one transaction; or None."""
     kinds, skipped = sorted(WORKFLOWS), sorted(skip)
     with journal.relaxed() as conn, immediate(conn):  # unsynced, like every grant (Workflow.fencing_token syncs)

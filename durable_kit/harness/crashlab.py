@@ -321,8 +321,8 @@ def prepare(scenario: Scenario, folder: Path) -> Path:
     """Start the workflows once, from the command line, in ``folder/template.db``; every trial copies it."""
     template = folder / "template.db"
     for workflow_id, workflow_input in zip(scenario.ids, scenario.inputs):
-        args = ["start", "--db", template, "--kind", scenario.kind, "--input", json.dumps(workflow_input),
-                "--id", workflow_id]
+        args: list = ["start", "--db", template, "--kind", scenario.kind, "--input", json.dumps(workflow_input),
+                      "--id", workflow_id]
         if scenario.module:
             args += ["--module", scenario.module]
         started = _kit(args)
@@ -585,7 +585,7 @@ def _next_move(db: Path, scenario: Scenario) -> str:
     return next((m for m in ("decided", "fast-forwarded") if m in moves), "run again")
 
 
-def drive(db: Path, scenario: Scenario, crashes: list[tuple[str, str]] = (), trace: Path | None = None) -> Drive:
+def drive(db: Path, scenario: Scenario, crashes: list[tuple[str, str]] | tuple = (), trace: Path | None = None) -> Drive:
     """Arm ``crashes`` (point, action), each in its one workflow, then run workers in child processes until every
     workflow settles.
 

@@ -22,11 +22,7 @@ from ..core.store import BOUNDARY_HOOK
 
 def sender() -> tuple[str | None, str | None]:
     """(workflow, action) of the send under way on this thread (the boundary hook's ``sender``); Nones outside one."""
-    return BOUNDARY_HOOK.get("sender", _nobody)() or (None, None)
-
-
-def _nobody() -> None:  # without the harness's hook, no send is attributed
-    return None
+    return BOUNDARY_HOOK["sender"]() or (None, None)  # without the harness's hook, no send is attributed
 
 
 def data_dir() -> Path:

@@ -20,11 +20,6 @@ first, once each). At the end of a sequence every process is continued, one
 worker runs, and every workflow must reach a final status or a wait a person
 can see.
 
-Rules for promises the engine keeps only from a given version
-(``model_world.ENGINE_FIXES``) are checked where a short run in real
-processes at the start (``engine_promises``) shows the kit keeps them; the
-totals line names which were checked and which not yet.
-
 Profiles (``DURABLE_KIT_MODEL_PROFILE``): ``bounded`` (the default, part of
 ``python -m pytest``) runs a few short sequences; ``long`` runs sequences
 until ``DURABLE_KIT_MODEL_MINUTES`` (default 20) have passed and prints the
@@ -48,7 +43,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import (Bundle, RuleBasedStateMachine, invariant, multiple, precondition, rule,
                                  run_state_machine_as_test)
 
-from model_world import ENGINE_FIXES, LEASE_SECONDS, MODULE, Totals, World, decoded, engine_promises, wait_for
+from model_world import LEASE_SECONDS, MODULE, Totals, World, decoded, wait_for
 
 PROFILE = os.environ.get("DURABLE_KIT_MODEL_PROFILE", "bounded")
 MINUTES = float(os.environ.get("DURABLE_KIT_MODEL_MINUTES", "20"))
@@ -66,9 +61,6 @@ DECISIONS = ("approved", "rejected", "answered")  # a saved decision's history e
 COMPENSATION = "compensate:"  # a compensation's step (and its action): this prefix and the step it undoes
 
 TOTALS = Totals()
-# Which engine promises the kit keeps (``model_world.ENGINE_FIXES``), found once per run by doing each in real
-# processes: a rule that depends on one checks it only where the kit keeps it; the totals say which were checked.
-ENGINE: dict[str, bool] = {}
 
 
 def key(workflow_id: str, action: str) -> str:
@@ -195,13 +187,12 @@ class KitModel(RuleBasedStateMachine):
             self.decide_now(workflow_id, approve=True, name=APPROVAL_WAIT["booking"])
         return workflow_id
 
-    @precondition(lambda self: ENGINE.get("takeovers_bounded") and not any(p.paused for p in self.alive))
+    @precondition(lambda self: not any(p.paused for p in self.alive))
     @rule(target=workflows)
     def outrun_the_lease(self):
         """A seat hold whose activity stops its process past the lease, with two workers: each attempt is taken
         over while its owner lives. The kit ends that loop (escalated, naming the cause) after CRASH_LIMIT
-        takeovers of the step. Drawn only once the kit promises it (``ENGINE["takeovers_bounded"]``): until then
-        the loop never ends while two workers run, and no sequence could settle."""
+        takeovers of the step."""
         self.op()
         workflow_input = {"trip": f"trip-{self.count + 1}", "outrun_seconds": LEASE_SECONDS * 1.5}
         workflow_id = self.start(self.new_id("booking"), "booking", workflow_input)
@@ -354,7 +345,7 @@ class KitModel(RuleBasedStateMachine):
             TOTALS.kills += 1
             self.deaths[workflow_id] += 1
         status = before["workflows"][workflow_id]["status"]
-        if status in ("failed", "paused", "escalated") and ENGINE.get("replays_record_resume"):
+        if status in ("failed", "paused", "escalated"):
             new = self.world.snapshot()["events"][workflow_id][len(before["events"][workflow_id]):]
             if "replay_started" in new:  # a replay of it: the resume is in the history, before it
                 assert "workflow_resumed" in new[:new.index("replay_started")], (
@@ -405,10 +396,9 @@ class KitModel(RuleBasedStateMachine):
             self.expect[workflow_id]["decision"] = "approved" if approve else "rejected"
 
     def refused_if_final(self, command: str, workflow_id: str, before: dict, after: dict, done) -> None:
-        """A decision on a final workflow is refused, naming its status, and saves nothing (where the kit promises
-        it: ``ENGINE["final_decisions_refused"]``)."""
+        """A decision on a final workflow is refused, naming its status, and saves nothing."""
         status = before["workflows"][workflow_id]["status"]
-        if status not in FINAL or not ENGINE.get("final_decisions_refused"):
+        if status not in FINAL:
             return
         said = done.stdout + done.stderr
         assert done.returncode in (2, 3) and status in said, (
@@ -442,7 +432,7 @@ class KitModel(RuleBasedStateMachine):
         done = self.world.cli("cancel", "--db", str(self.world.db), "--workflow", workflow_id, "--by", "Dana",
                               "--reason", "plans changed", "--json")
         self.said(f"was {before['status']}; exit {done.returncode}: {(done.stdout or done.stderr).strip()[:120]}")
-        if before["status"] == "escalated" and ENGINE.get("escalated_cancel_compensates"):
+        if before["status"] == "escalated":
             # A person gives an escalation up: its compensations run newest first, once each, and it ends cancelled.
             assert done.returncode == 0, f"cancel of escalated {workflow_id} gave {done.returncode}: {done.stderr}"
             self.finals.pop(workflow_id, None)
@@ -468,9 +458,7 @@ class KitModel(RuleBasedStateMachine):
                   if w == workflow_id and s["status"] == "complete" and s["position"] is not None}
         undone = [placed[name[len(COMPENSATION):]] for name in placed
                   if name.startswith(COMPENSATION) and name[len(COMPENSATION):] in placed]
-        refusing = ENGINE.get("fork_of_undone_refused")  # a fork never reuses an output a compensation undid
-        done_steps = sorted((position, name) for name, position in placed.items()
-                            if refusing or not name.startswith(COMPENSATION))
+        done_steps = sorted((position, name) for name, position in placed.items())  # a compensation too: refused
         if not done_steps:
             self.said("no completed step yet")
             return
@@ -479,7 +467,7 @@ class KitModel(RuleBasedStateMachine):
         done = self.world.cli("fork", "--db", str(self.world.db), "--workflow", workflow_id, "--up-to", up_to,
                               "--new-id", new_id, "--by", "Dana", "--module", str(MODULE))
         self.said(f"{new_id} up to {up_to}: exit {done.returncode}")
-        if refusing and (up_to.startswith(COMPENSATION) or any(at <= position for at in undone)):
+        if up_to.startswith(COMPENSATION) or any(at <= position for at in undone):
             assert done.returncode in (2, 3) and new_id not in self.world.snapshot()["workflows"], (
                 f"fork of {workflow_id} up to {up_to}, at or past a step its compensation undid: exit "
                 f"{done.returncode}, {(done.stdout + done.stderr).strip()[:200]}; it should be refused, nothing made")
@@ -548,8 +536,7 @@ class KitModel(RuleBasedStateMachine):
             needed = 1 if reserved else CRASH_LIMIT
             had = self.deaths[workflow_id] + (self.paused_over[workflow_id] if reserved else 0)
             takeovers = max(self.takeovers(snap, workflow_id).values(), default=0)
-            outran = (ENGINE.get("takeovers_bounded") and OUTRUN.search(row["error"] or "")
-                      and takeovers >= CRASH_LIMIT)  # an activity that kept outrunning its lease, named as such
+            outran = OUTRUN.search(row["error"] or "") and takeovers >= CRASH_LIMIT  # an activity that kept outrunning its lease, named as such
             assert had >= needed or outran or expect["input"].get("trouble") == "escalate", (
                 f"{workflow_id} escalated ({row['error']}) with {self.deaths[workflow_id]} dead processes, "
                 f"{self.paused_over[workflow_id]} paused past their lease and {takeovers} takeovers of one step; "
@@ -730,20 +717,12 @@ def violations_in(error: BaseException) -> list[str]:
 def print_totals(capsys, started: float) -> None:
     with capsys.disabled():
         print(f"\nmodel-based test ({PROFILE}, {time.monotonic() - started:.0f} s): {TOTALS.line()}")
-        print("  engine promises checked: " + (", ".join(k for k, kept in ENGINE.items() if kept) or "none")
-              + "; not yet kept, so not checked: " + (", ".join(k for k, kept in ENGINE.items() if not kept) or "none"))
         for note in TOTALS.notes[:10]:
             print(f"  {note}")
 
 
 def test_the_kit_against_its_model(capsys):
     started = time.monotonic()
-    probe = Path(tempfile.mkdtemp(prefix="durable-kit-model-probe-"))
-    try:
-        ENGINE.update(engine_promises(probe))
-    finally:
-        shutil.rmtree(probe, ignore_errors=True)
-    assert set(ENGINE) == set(ENGINE_FIXES)
     try:
         if PROFILE == "long":  # every failing sequence is reported (shrunk), then the search goes on
             failures = []

@@ -118,12 +118,13 @@ def cmd_cancel(args) -> int:
     """Ask a workflow to stop at its next step boundary; a worker then runs its compensations."""
     from .change import cancel
     from .core.journal import Journal
+    from .redact import redact_value
 
     row = cancel(Journal(args.db, create=False), args.workflow, args.by, args.reason)
     first = json.loads(row["cancel_requested"])
     if args.json:
         print(json.dumps({"workflow_id": args.workflow, "status": row["status"], "cancel_requested": first}))
-    elif first != {"by": args.by, "reason": args.reason}:  # cancelling again keeps the first request
+    elif first != redact_value({"by": args.by, "reason": args.reason}):  # cancelling again keeps the first request
         print(f"{args.workflow}: already being cancelled (requested by {first['by']}: {first['reason']}; "
               f"status {row['status']}); nothing was changed")
     else:
@@ -260,13 +261,18 @@ def cmd_history(args) -> int:
 def cmd_worker(args) -> int:
     from .workshop import agents  # noqa: F401  (registers the built-in workflows)
     from .redact import redact
-    from .core.worker import run_worker
+    from .core.worker import FilesChanged, run_worker
 
     if args.module:
         load_module(args.module)
-    run_worker(args.db, once=args.once, until_idle=args.until_idle, poll=args.poll,
-               lease_seconds=args.lease_seconds, leases=not args.no_leases, trust_pids=not args.expiry_only,
-               log=lambda message: print(redact(message), flush=True))
+    try:
+        run_worker(args.db, once=args.once, until_idle=args.until_idle, poll=args.poll,
+                   lease_seconds=args.lease_seconds, leases=not args.no_leases, trust_pids=not args.expiry_only,
+                   log=lambda message: print(redact(message), flush=True))
+    except FilesChanged as fault:  # a storage fault that no waiting clears: exit 3, like the others
+        print(f"error: {redact(str(fault))}", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(3)  # no clean-up that could checkpoint a log other processes no longer read into their file
     return 0
 
 
@@ -378,15 +384,15 @@ def cmd_crashlab(args) -> int:
     return 0
 
 
-def seconds(minimum: float = 0.0):
-    """An argparse type: a finite number of seconds, at least ``minimum``."""
+def seconds(minimum: float = 0.0, maximum: float = 3600.0):
+    """An argparse type: a number of seconds from ``minimum`` to ``maximum`` (an hour unless given)."""
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-        if not value >= minimum or value == float("inf"):
-            raise argparse.ArgumentTypeError(f"{text} seconds: give a finite number of at least {minimum:g}")
+        if not minimum <= value <= maximum:
+            raise argparse.ArgumentTypeError(f"{text} seconds: give a number from {minimum:g} to {maximum:g}")
         return value
     return parse
 
@@ -402,6 +408,8 @@ def workflow_command(commands, name: str, help_text: str, handler) -> argparse.A
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .core.leases import LEASE_SECONDS_MAX
+
     parser = argparse.ArgumentParser(prog="python -m durable_kit", description="A small durable executor on SQLite.")
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -469,7 +477,7 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--until-idle", action="store_true", help="stop when nothing is due")
     worker.add_argument("--poll", type=seconds(minimum=0.01), default=0.2,
                         help="seconds between looks when nothing is due")
-    worker.add_argument("--lease-seconds", type=seconds(minimum=0.3), default=10.0,
+    worker.add_argument("--lease-seconds", type=seconds(minimum=0.3, maximum=LEASE_SECONDS_MAX), default=10.0,
                         help="how long a claim lasts without a heartbeat (renewed every third of it)")
     worker.add_argument("--expiry-only", action="store_true",
                         help="take over a dead worker's workflows only when its lease expires, even if its process "
@@ -545,7 +553,7 @@ def build_parser() -> argparse.ArgumentParser:
                                "at-least-once, or a JSON object of them by destination name")
     crashlab.add_argument("--workflows", type=int, default=1,
                           help="how many workflows of this input in one journal (or give --input a JSON list)")
-    crashlab.add_argument("--lease-seconds", type=seconds(0.1), default=None,
+    crashlab.add_argument("--lease-seconds", type=seconds(0.1, LEASE_SECONDS_MAX), default=None,
                           help="every worker's lease (with pause, default 3 s: a pause lasts about this long)")
     crashlab.add_argument("--answer", help="answer every clarifying question with this text")
     crashlab.add_argument("--reject", action="store_true", help="reject every approval (default: approve)")
@@ -553,6 +561,39 @@ def build_parser() -> argparse.ArgumentParser:
     crashlab.add_argument("--json", action="store_true", help="print JSON")
     crashlab.set_defaults(handler=cmd_crashlab)
     return parser
+
+
+# Shown as escapes, never raw, on a terminal: control characters (but tab and newline), bidirectional and other
+# invisible formatting characters (which can make text read in another order), and lone surrogates.
+_INVISIBLE = [*range(0x00, 0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0), 0xAD, 0x061C, 0x180E, *range(0x200B, 0x2010),
+              *range(0x2028, 0x202F), *range(0x2060, 0x2070), 0xFEFF, *range(0xFFF9, 0xFFFC), *range(0xD800, 0xE000)]
+ESCAPES = {c: f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}" for c in _INVISIBLE}
+
+
+class Printable:
+    """A text stream that writes what ``ESCAPES`` lists as escapes (``\\u202e``), so a name, a comment or an
+    error shows on a terminal as it was given, never reordered, hidden or rewritten by the characters it holds."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        return self.stream.write(text.translate(ESCAPES))
+
+    def __getattr__(self, name: str):
+        return getattr(self.stream, name)
+
+
+def undecodable_argument(args: argparse.Namespace) -> str | None:
+    """One line for the first argument that was not UTF-8 (Python kept its bytes as lone surrogates), or None."""
+    for name, value in vars(args).items():
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as error:
+                return (f"--{name.replace('_', '-')} is not valid UTF-8 text (it holds the byte "
+                        f"0x{ord(value[error.start]) - 0xDC00:02x}); nothing was changed. Give it in UTF-8.")
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -563,7 +604,15 @@ def main(argv: list[str] | None = None) -> int:
     from .redact import redact
     from .core.store import NotJSON, SchemaMismatch, StorageFault
 
+    streams = sys.stdout, sys.stderr
+    sys.stdout = Printable(sys.stdout)
+    if args.command != "crashlab":  # its progress bar draws itself with carriage returns
+        sys.stderr = Printable(sys.stderr)
     try:
+        problem = undecodable_argument(args)
+        if problem:
+            print(f"error: {problem}", file=sys.stderr)
+            return 2
         return args.handler(args)
     # A clear message; nothing was changed.
     except (WorkflowError, StorageFault, SchemaMismatch, NotJSON, SettingError) as error:
@@ -575,6 +624,8 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # the reader left early (for example `| head`): not an error worth a traceback
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    finally:
+        sys.stdout, sys.stderr = streams
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from .core.journal import Journal
 from .core.store import (SchemaMismatch, StorageFault, append_event, check_version, default_busy_timeout_ms,
                          from_json, immediate, now, refuse_folder, refuse_missing_or_empty)
 from .decisions import describe, event_name, utc
-from .errors import WorkflowError, describe_storage_fault
+from .errors import WorkflowError, check_text, describe_storage_fault
 
 def read_only(path: str | Path) -> Journal:
     """An existing journal opened only to read it: no file, schema or WAL mode is created, no lock taken.
@@ -63,6 +63,8 @@ def resume(journal: Journal, workflow_id: str, by: str) -> dict:
     new code replays its history; an escalated step gets one more attempt). The history records from which
     status and by whom (``workflow_resumed``). Any other status is refused and nothing changes.
     """
+    if not check_text(by, "who resumes it", f"workflow {workflow_id!r}").strip():
+        raise WorkflowError(f"workflow {workflow_id!r}: say who resumes it (a name); nothing was changed.")
     with immediate(journal.conn):
         row = journal.row_for_update(workflow_id)
         if row["status"] not in RESUMABLE:

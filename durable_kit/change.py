@@ -22,7 +22,7 @@ import weakref
 from functools import partial
 from typing import Any, Callable
 
-from .errors import Ended, WorkflowError
+from .errors import Ended, WorkflowError, check_text
 from .core.journal import EXTENSIONS, VERSIONS, Journal, Workflow
 from .core import state
 from .core.retries import RetryPolicy, Transient, decide
@@ -187,8 +187,9 @@ def cancel(journal: Journal, workflow_id: str, by: str, reason: str) -> dict:
     activity already running finishes first; a workflow whose code has
     no boundary left completes, and its history and ``status`` say it
     completed before the cancellation took effect. A waiting, pending,
-    paused or failed workflow is made runnable so that a worker runs its
-    compensations. Who and why are recorded. A final workflow is refused,
+    paused, failed or escalated workflow is made runnable so that a worker
+    runs its compensations (an escalated one is how a person gives it up).
+    Who and why are recorded. Any other final workflow is refused,
     and so is a blocked one (its compensations come from code that replays
     its history, which it does not have); either way nothing changes.
     Cancelling again keeps the first request. An outbox delivery of the
@@ -196,11 +197,13 @@ def cancel(journal: Journal, workflow_id: str, by: str, reason: str) -> dict:
     already tried may have reached its destination, so it stays pending and
     is sent again with its key, and the history says so.
     """
+    for value, what in ((by, "who cancels"), (reason, "the reason")):
+        check_text(value, what, f"workflow {workflow_id!r}")
     if not by.strip() or not reason.strip():
         raise WorkflowError(f"workflow {workflow_id!r}: say who cancels and why; nothing was changed.")
     with immediate(journal.conn):
         row = journal.row_for_update(workflow_id)
-        if row["status"] in state.FINAL_STATUSES:
+        if row["status"] in state.FINAL_STATUSES and row["status"] != "escalated":
             raise WorkflowError(f"workflow {workflow_id!r} is already {row['status']}; nothing was changed.")
         if row["status"] == "blocked":
             raise WorkflowError(
@@ -227,7 +230,13 @@ def fork(journal: Journal, workflow_id: str, new_id: str, up_to: str, by: str, i
     version it starts under, and runs every later step again, under its own
     id: its effects carry its own keys, so an effect the original already
     made is made again. The original is not touched. ``input`` replaces the input.
+    A fork never reuses an output a compensation undid: up to a step of a
+    cancelled workflow that a compensation undid (or up to a compensation)
+    it is refused, and nothing changes.
     """
+    for value, what in ((new_id, "the new id"), (up_to, "the step to fork up to"), (by, "who forks it")):
+        if not check_text(value, what, f"workflow {workflow_id!r}").strip():
+            raise WorkflowError(f"workflow {workflow_id!r}: {what} is empty; give it. Nothing was changed.")
     conn = journal.conn
     with immediate(conn):
         original = journal.row_for_update(workflow_id)
@@ -235,12 +244,27 @@ def fork(journal: Journal, workflow_id: str, new_id: str, up_to: str, by: str, i
             raise WorkflowError(f"workflow {new_id!r} already exists; pick a new id for the fork. Nothing was changed.")
         last = conn.execute("SELECT position, completed_at FROM steps WHERE workflow_id = ? AND name = ?"
                             " AND status = 'complete' AND position IS NOT NULL", (workflow_id, up_to)).fetchone()
+        if up_to.startswith(COMPENSATION):
+            raise WorkflowError(
+                f"workflow {workflow_id!r}: {up_to!r} is a compensation, not a step a fork can continue from. Fork up "
+                f"to a step before {up_to[len(COMPENSATION):]!r} (the fork runs it again), or start a new workflow. "
+                "Nothing was changed.")
         if last is None:
             done = [r["name"] for r in conn.execute(
                 "SELECT name FROM steps WHERE workflow_id = ? AND status = 'complete' AND position IS NOT NULL"
                 " ORDER BY position", (workflow_id,))]
             raise WorkflowError(f"workflow {workflow_id!r} has no completed step {up_to!r} to fork from; "
                                 f"its completed steps, in order: {done}. Nothing was changed.")
+        undone = conn.execute(  # a compensation recorded at all (even one not finished) may have undone its step
+            "SELECT s.name FROM steps s WHERE s.workflow_id = ?1 AND s.position <= ?2 AND EXISTS (SELECT 1 FROM steps c"
+            f"   WHERE c.workflow_id = ?1 AND c.name = '{COMPENSATION}' || s.name) ORDER BY s.position LIMIT 1",
+            (workflow_id, last["position"])).fetchone()
+        if undone is not None:
+            raise WorkflowError(
+                f"workflow {workflow_id!r}: step {undone['name']!r} was undone by its compensation "
+                f"({COMPENSATION}{undone['name']}), so a fork up to {up_to!r} would reuse an output that no longer "
+                f"holds. Fork up to a step before {undone['name']!r} (the fork runs it again), or start a new "
+                "workflow. Nothing was changed.")
         undelivered = conn.execute(
             "SELECT o.action, o.key, o.status FROM outbox o"
             " JOIN steps s ON s.workflow_id = o.workflow_id AND s.name = o.action"

@@ -42,6 +42,23 @@ class LeaseLost(BaseException):
     """
 
 
+def check_text(value: Any, what: str, where: str) -> str:
+    """``value`` if it is text the kit can store and print; else a ``WorkflowError`` saying what to give instead.
+
+    Refused: anything but a ``str``, and a string holding a lone surrogate (a byte that was not UTF-8, as Python
+    decodes an undecodable command-line argument), which no file or terminal can hold.
+    """
+    if not isinstance(value, str):
+        raise WorkflowError(f"{where}: {what} must be text (a str), not {type(value).__name__}; nothing was changed. "
+                            "Give it as a string.")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise WorkflowError(f"{where}: {what} is not valid text (it holds {value[error.start]!r}, a byte that was not "
+                            "UTF-8 or a lone surrogate); nothing was changed. Give it in UTF-8.") from None
+    return value
+
+
 class SettingError(ValueError):
     """A setting (an environment variable, a flag) has a value the kit cannot use; nothing was opened or written."""
 
@@ -75,6 +92,31 @@ class NonDeterminism(Suspended):
     """
 
 
+def files_changed(error: BaseException, path: str | Path) -> bool:
+    """True if the storage fault comes from the journal's files changed behind SQLite's back.
+
+    Its write-ahead log was removed or replaced while a process had the journal open, so SQLite's index (the
+    ``-shm`` file) promises log frames the file no longer has: a short read. Neither waiting nor trying again
+    in this process clears it.
+    """
+    if not is_storage_fault(error):
+        return False
+    name = getattr(error, "sqlite_errorname", None)  # Python 3.11 and later
+    if name is not None:
+        return name == "SQLITE_IOERR_SHORT_READ"
+    log, index = Path(f"{path}-wal"), Path(f"{path}-shm")
+    return ("disk I/O error" in str(error) and index.exists()
+            and (not log.exists() or log.stat().st_size == 0))
+
+
+def files_changed_message(path: str | Path, what: str) -> str:
+    """One line for a person: the journal's files changed behind a process's back, what that risks, what to do."""
+    return (f"{path}: {what} was removed or replaced while a process had the journal open (by hand, a clean-up or "
+            "sync tool, a restore?), so writes made since may be in a file no other process reads; this process "
+            "stops and writes nothing more. Stop every process that uses the journal, then check it (`status`, "
+            "`history`) or restore it from a copy before starting workers again.")
+
+
 def folder_message(path: Path) -> str:
     """One line for a person: a folder was given where the journal's file belongs."""
     return (f"{path} is a folder, not a journal file; nothing was written. Point --db at a file, for example "
@@ -87,6 +129,8 @@ def describe_storage_fault(error: BaseException, path: str | Path) -> str:
     kept = "nothing was half-written (the transaction rolled back)"
     if Path(path).is_dir():
         return folder_message(Path(path))
+    if files_changed(error, path):
+        return files_changed_message(path, f"its write-ahead log ({Path(path).name}-wal)")
     if "full" in text:
         return f"{path}: the disk or the file-size limit is full; {kept}. Free space, then run the command again."
     if "disk I/O error" in text:

@@ -22,6 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 MODULE = Path(__file__).resolve().parent / "model_kinds.py"
 LEASE_SECONDS = 2.0  # wide enough for a healthy worker on a loaded machine to renew in time
 CLI_TIMEOUT = 90.0
+DESTINATIONS = {"seats": "effects", "cards": "effects", "tickets": "effects", "payments": "refunds",
+                "notify": "deliveries"}  # each fake destination beside the journal, and its table of effects
 
 
 @dataclass
@@ -200,11 +202,15 @@ class World:
                 "SELECT workflow_id, name, status, output, attempts, position FROM steps")}
             waits = {(r["workflow_id"], r["name"]): dict(r) for r in conn.execute(
                 "SELECT workflow_id, name, kind, status, decision, wake_at FROM waits")}
-            outbox = {r["key"]: dict(r) for r in conn.execute("SELECT key, workflow_id, status FROM outbox")}
+            outbox = {r["key"]: dict(r) for r in conn.execute("SELECT key, workflow_id, action, status, attempts"
+                                                              " FROM outbox")}
             events: dict[str, list[str]] = {}
-            for r in conn.execute("SELECT workflow_id, event FROM history ORDER BY seq"):
+            steps_of_events: dict[str, list[tuple[str | None, str]]] = {}
+            for r in conn.execute("SELECT workflow_id, step, event FROM history ORDER BY seq"):
                 events.setdefault(r["workflow_id"], []).append(r["event"])
-        return {"workflows": workflows, "steps": steps, "waits": waits, "outbox": outbox, "events": events}
+                steps_of_events.setdefault(r["workflow_id"], []).append((r["step"], r["event"]))
+        return {"workflows": workflows, "steps": steps, "waits": waits, "outbox": outbox, "events": events,
+                "step_events": steps_of_events}
 
     def busy(self, horizon: float = 0.0) -> bool:
         """True while a workflow is running, or due within ``horizon`` seconds, or an outbox row is unsent."""
@@ -255,16 +261,34 @@ class World:
             finally:
                 conn.close()
 
+    def sent(self) -> list[dict]:
+        """Every request and effect at every destination, each with the workflow and the action that sent it.
+
+        ``kind`` is ``request`` or ``effect``; ``workflow`` is the one the row
+        names (the kit's effect helpers name it), else the one whose id begins
+        its key. Read before the journal's snapshot, so every request seen
+        has its attempt in that snapshot (an attempt commits before it sends).
+        """
+        rows = []
+        for name, effects in DESTINATIONS.items():
+            for kind, table in (("request", "requests"), ("effect", effects)):
+                for r in self.destination_rows(name, table):
+                    rows.append({"destination": name, "kind": kind, "workflow": r.get("workflow_id"),
+                                 "action": r.get("action"), "key": r.get("key"), "at": r["at"]})
+        return rows
+
     def destination_rows(self, name: str, table: str) -> list[dict]:
         """Every row of one table of the destination ``journal.<name>.db`` (none if it was never used)."""
         path = self.folder / f"journal.{name}.db"
         if not path.exists():
             return []
-        with connect_ro(path) as conn:
-            try:
-                return [dict(r) for r in conn.execute(f"SELECT * FROM {table}")]
-            except sqlite3.OperationalError:  # created, schema not committed yet
-                return []
+        conn = connect_ro(path)
+        try:
+            return [dict(r) for r in conn.execute(f"SELECT * FROM {table}")]
+        except sqlite3.OperationalError:  # created, schema not committed yet
+            return []
+        finally:
+            conn.close()
 
 
 def owner_pid(owner: str | None) -> int | None:

@@ -149,8 +149,12 @@ def test_a_provider_outage_pauses_the_loop_and_a_resume_continues_it(db):
     row = journal.workflow("o1")
     assert (paused.exit_code, row["status"], row["next_run_at"]) == (0, "paused", None)
     assert row["error"] == "turn 1: scripted-1 refused turn:1: 503 Service Unavailable"
-    forced = run_in_child(db, "o1")  # a replay forced while the provider is still down pauses again
-    assert (forced.status, usage(db, "o1")["refused_model_calls"]) == ("paused", 2)
+    forced = run_in_child(db, "o1")  # a person's run of a paused workflow is refused: only a resume restarts it
+    assert (forced.exit_code, forced.status, usage(db, "o1")["refused_model_calls"]) == (2, "paused", 1)
+    assert "is paused; nothing was changed. Resume it first" in forced.stderr
+    resume(journal, "o1", by="ops")
+    again = run_in_child(db, "o1")  # resumed while the provider is still down: it pauses again
+    assert (again.status, usage(db, "o1")["refused_model_calls"]) == ("paused", 2)
     clear_outage(db)
     resume(journal, "o1", by="ops")
     done = run_in_child(db, "o1")

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -12,9 +14,12 @@ import pytest
 from durable_kit.core.store import connect
 from durable_kit.harness.crashlab import explore, fuzz, step_map
 from durable_kit.harness.crashlab import INVARIANTS, CrashLabError, answers, promise_violations, summarize
+from durable_kit.harness.crashlab import cancel_all, compensation_violations, crash_once, discover, effect_violations
+from durable_kit.harness.crashlab import observe, order_violations, scenario
 from durable_kit.world.service import KeyedService, UnkeyedService
 from durable_kit.world.service import KeyReused, StaleToken
-from durable_kit.harness.faults import tracing, trip
+from durable_kit.harness.faults import InjectedFailure, arm, disarm_all, tracing, trip
+from durable_kit.world import sender
 
 from conftest import ROOT, run_python
 
@@ -119,6 +124,36 @@ def test_trip_appends_every_point_to_the_trace_when_tracing(tmp_path, monkeypatc
                      {"point": "after_send:x", "workflow_id": "wf-2"}]
 
 
+def test_a_point_armed_for_one_workflow_fires_only_there_and_one_armed_for_any_in_the_first(tmp_path, monkeypatch):
+    monkeypatch.delenv("DURABLE_KIT_TRACE", raising=False)
+    conn = connect(tmp_path / "j.db")
+    arm(conn, "before_send:x", "fail", workflow_id="wf-2")
+    trip(conn, "before_send:x", "wf-1")  # armed for another workflow: nothing happens
+    with pytest.raises(InjectedFailure, match="'before_send:x' in workflow 'wf-2'"):
+        trip(conn, "before_send:x", "wf-2")
+    trip(conn, "before_send:x", "wf-2")  # fired once: gone
+    arm(conn, "after_send:x", "fail")
+    arm(conn, "after_send:x", "fail", workflow_id="wf-2")
+    with pytest.raises(InjectedFailure, match="wf-1"):  # the one armed for any, fired by the first to reach it
+        trip(conn, "after_send:x", "wf-1")
+    assert [tuple(r) for r in conn.execute("SELECT point, workflow_id FROM faults")] == [("after_send:x", "wf-2")]
+    assert disarm_all(conn) == ["after_send:x"]
+
+
+def test_the_sender_is_named_from_before_send_to_the_next_point_on_its_thread(tmp_path, monkeypatch):
+    monkeypatch.delenv("DURABLE_KIT_TRACE", raising=False)
+    conn = connect(tmp_path / "j.db")
+    assert sender() == (None, None)
+    trip(conn, "before_send:charge", "wf-1")
+    assert sender() == ("wf-1", "charge")
+    seen = []
+    worker = threading.Thread(target=lambda: seen.append(sender()))
+    worker.start(), worker.join()
+    assert seen == [(None, None)]  # another thread sends nothing on this one's behalf
+    trip(conn, "after_send:charge", "wf-1")
+    assert sender() == (None, None)
+
+
 # --- the module loader ---
 
 def test_start_and_worker_import_a_file_whose_folder_holds_its_imports(travel, tmp_path):
@@ -213,22 +248,213 @@ def test_a_lost_effect_breaks_exactly_once_and_not_at_most_once(travel, tmp_path
         "effects as promised: cards made 0 effects, the clean run 1: 1 fewer than exactly-once allows"]
 
 
-def test_two_workflows_in_one_journal_are_each_recovered_with_one_of_each(travel, tmp_path):
+def test_two_workflows_in_one_journal_are_each_crashed_and_recovered_with_one_of_each(travel, tmp_path):
     other = {"request": "Lisbon to Porto on 9 March", "traveller": "li@example.com"}
     rows = explore("trip", [TRIP_INPUT, other], module=travel, actions=("exit", "kill"),
-                   points=["after_send:hold", "after_send:charge"], folder=tmp_path)
+                   points=["after_send:hold", "after_send:charge in lab-2"], folder=tmp_path, parallel=2)
     assert rows[0]["counts"] == {"model calls": 2, "seats requests": 2, "seats effects": 2, "cards requests": 2,
                                  "cards effects": 2, "mail requests": 2, "mail effects": 2}
     assert rows[0]["status"] == "complete" and rows[0]["artifacts_stored"] == 8
-    assert [(r["point"], r["action"], r["exit_code"], r["fired"]) for r in rows[1:]] == [
-        ("after_send:hold", "exit", 13, ["after_send:hold"]), ("after_send:hold", "kill", -9, ["after_send:hold"]),
-        ("after_send:charge", "exit", 13, ["after_send:charge"]),
-        ("after_send:charge", "kill", -9, ["after_send:charge"])]
+    # A point alone is crashed in every workflow; one that names its workflow, in that one only.
+    assert [(r["point"], r["workflow"], r["action"], r["exit_code"], r["fired"]) for r in rows[1:]] == [
+        ("after_send:hold", "lab-1", "exit", 13, ["after_send:hold in lab-1"]),
+        ("after_send:hold", "lab-1", "kill", -9, ["after_send:hold in lab-1"]),
+        ("after_send:hold", "lab-2", "exit", 13, ["after_send:hold in lab-2"]),
+        ("after_send:hold", "lab-2", "kill", -9, ["after_send:hold in lab-2"]),
+        ("after_send:charge", "lab-2", "exit", 13, ["after_send:charge in lab-2"]),
+        ("after_send:charge", "lab-2", "kill", -9, ["after_send:charge in lab-2"])]
     for row in rows[1:]:
         assert row["invariants_held"] and row["status"] == "complete", row["violations"]
         assert {k: v for k, v in row["counts"].items() if k.endswith(" effects")} == {
             "seats effects": 2, "cards effects": 2, "mail effects": 2}
-    assert rows[1]["counts"]["seats requests"] == 3 and rows[3]["counts"]["cards requests"] == 2
+    # The repeated hold request is the crashed workflow's own, never the other's.
+    assert [(r["by_workflow"]["lab-1"]["seats requests"], r["by_workflow"]["lab-2"]["seats requests"])
+            for r in rows[1:5]] == [(2, 1), (2, 1), (1, 2), (1, 2)]
+    assert rows[5]["by_workflow"]["lab-2"]["cards requests"] == 1  # it asked first, and did not send again
+
+
+SHARED_CARD = '''
+"""Two workflows, one card processor without keys: a naive charge or a reserved one (at most once)."""
+from durable_kit import effect_key, send_at_most_once, send_guarded, workflow
+from durable_kit.world.service import KeyedService, UnkeyedService
+
+
+class Cards(UnkeyedService):
+    name = "cards"
+
+
+class Vault(KeyedService):
+    name = "vault"
+
+
+@workflow("pay")
+def pay(wf):
+    how = wf.input["charge"]
+    charge = lambda key=None: Cards.beside(wf.db_path).request("charge", {"booking": wf.id, "amount": 10.0})  # noqa
+    if how == "naive":
+        return wf.execute_step("charge", lambda: send_guarded(wf, "charge", charge))
+    if how == "reserve":
+        return wf.execute_step("charge", lambda: send_at_most_once(wf, "charge", charge))
+    # "reserve, then again": the reserved charge sent a second time, to a vault that deduplicates its key
+    vault, key = Vault.beside(wf.db_path), effect_key(wf.id, "charge")
+    store = lambda key=key: vault.request("store", {"booking": wf.id}, key)  # noqa: E731
+    return wf.execute_step("charge", lambda: [send_at_most_once(wf, "charge", store),
+                                              send_guarded(wf, "charge", store)][0])
+'''
+
+
+@pytest.fixture(scope="module")
+def shared_card(tmp_path_factory) -> Path:
+    module = tmp_path_factory.mktemp("shared") / "pay.py"
+    module.write_text(SHARED_CARD)
+    return module
+
+
+def destination_rows(path: Path, table: str) -> list[tuple]:
+    conn = sqlite3.connect(str(path))
+    try:
+        return conn.execute(f"SELECT workflow_id, action, key FROM {table} ORDER BY rowid").fetchall()
+    finally:
+        conn.close()
+
+
+def test_a_repeat_in_one_workflow_and_a_loss_in_another_do_not_cancel_out(shared_card, tmp_path):
+    """Two workflows, one unkeyed processor: lab-1 killed after its send (a repeat), lab-2 between its reservation
+    and its send (a loss). Summed per destination the trial made the clean run's 2 effects; judged per workflow,
+    both broke exactly-once."""
+    lab = scenario("pay", [{"charge": "naive"}, {"charge": "reserve"}], module=shared_card)
+    points, baseline = discover(lab, tmp_path)
+    assert points == [f"{p} in {w}" for w in ("lab-1", "lab-2") for p in (
+        "next_step", "before_send:charge", "after_send:charge", "after_activity:charge", "after_commit:charge")]
+    assert baseline["counts"] == {"cards requests": 2, "cards effects": 2}
+    row = crash_once(lab, baseline["template"], tmp_path / "trial.db",
+                     [("after_send:charge in lab-1", "kill"), ("before_send:charge in lab-2", "kill")], baseline)
+    assert (row["crashed"], sorted(row["fired"])) == (
+        [-9, -9], ["after_send:charge in lab-1", "before_send:charge in lab-2"])
+    assert row["counts"] == {"cards requests": 2, "cards effects": 2}  # the sum hides both
+    assert row["by_workflow"] == {"lab-1": {"cards effects": 2, "cards requests": 2}}
+    assert row["violations"] == [
+        "effects as promised: cards for lab-1 made 2 effects, the clean run 1: 1 more than exactly-once allows",
+        "effects as promised: cards for lab-2 made 0 effects, the clean run 1: 1 fewer than exactly-once allows"]
+    assert row["effects_changed"] == ["cards effects +1 for lab-1", "cards effects -1 for lab-2"]
+    assert not row["invariants_held"] and not row["effects_as_clean"]
+    assert (row["effects_beyond"], row["effects_short"]) == (1, 1)
+    # Each row at the processor names the workflow and the action that sent it.
+    assert destination_rows(tmp_path / "trial.cards.db", "requests") == [("lab-1", "charge", None)] * 2
+    assert destination_rows(tmp_path / "trial.cards.db", "effects") == [("lab-1", "charge", None)] * 2
+    # Each workflow's own strategy stated as its promise: the repeat and the loss are both allowed.
+    stated = {"lab-1": "at-least-once", "lab-2": {"cards": "at-most-once"}}
+    assert effect_violations(observe(tmp_path / "trial.db", lab.ids, lab)["sent"], baseline["sent"], stated,
+                             lab.ids) == []
+
+
+def test_fuzz_arms_its_points_in_every_workflow_of_the_journal(shared_card, tmp_path):
+    """Two identical workflows: every kill once landed in the first; the points are now each workflow's."""
+    result = fuzz("pay", [{"charge": "naive"}, {"charge": "naive"}], module=shared_card, trials=5, seed=0,
+                  max_kills=1, folder=tmp_path)
+    fired = [where.rsplit(" in ", 1)[1] for row in result["rows"] for where in row["fired"]]
+    assert (fired.count("lab-1"), fired.count("lab-2")) == (2, 3)
+    assert [row["armed"] for row in result["rows"]] == [
+        [("before_send:charge in lab-2", "exit")], [("after_activity:charge in lab-2", "kill")],
+        [("after_commit:charge in lab-1", "kill")], [("after_commit:charge in lab-2", "exit")],
+        [("after_commit:charge in lab-1", "exit")]]
+    assert sum(result["kill_points"].values()) == result["kills"] == 5
+    # The one naive repeat is named with its workflow.
+    assert [row["violations"] for row in result["rows"]][1] == [
+        "effects as promised: cards for lab-2 made 2 effects, the clean run 1: 1 more than exactly-once allows"]
+
+
+def test_a_reserved_send_repeated_breaks_requests_as_promised_though_the_key_kept_one_effect(shared_card,
+                                                                                          tmp_path):
+    """The destination deduplicated the second send of a reserved key: only the count of requests shows it."""
+    rows = explore("pay", {"charge": "reserve, then again"}, module=shared_card, actions=("exit",),
+                   points=["after_commit:charge"], folder=tmp_path)
+    clean, crash = rows
+    assert clean["counts"] == crash["counts"] == {"vault requests": 2, "vault effects": 1}
+    assert clean["violations"] == crash["violations"] == [
+        "requests as promised: vault received 2 requests for lab-1's reserved 'charge': a reserved key is sent "
+        "at most once"]
+    assert not clean["invariants_held"] and not crash["invariants_held"]
+
+
+BOOKING = '''
+"""A hold and a charge, each with a compensation, then an approval: the crash lab's policy cancels it there."""
+from durable_kit import effect_key, send_guarded, workflow
+from durable_kit.world.service import KeyedService
+
+
+class Seats(KeyedService):
+    name = "seats"
+
+
+class Cards(KeyedService):
+    name = "cards"
+
+
+def send(wf, service, operation, action):
+    return send_guarded(wf, action, lambda: service.beside(wf.db_path).request(
+        operation, {"trip": wf.id}, effect_key(wf.id, action)))
+
+
+@workflow("booking")
+def booking(wf):
+    wf.execute_step("hold", lambda: send(wf, Seats, "hold", "hold"),
+                    compensate=lambda hold: send(wf, Seats, "release", "release"))
+    wf.execute_step("charge", lambda: send(wf, Cards, "charge", "charge"),
+                    compensate=lambda charge: send(wf, Cards, "refund", "refund"))
+    wf.wait_for_approval("approval", {"trip": wf.id})
+    return "booked"
+'''
+
+COMPENSATION_POINTS = ["before_send:refund", "after_send:refund", "after_activity:compensate:charge",
+                       "after_commit:compensate:charge", "after_send:release", "after_activity:compensate:hold"]
+
+
+def test_a_cancelling_policy_crashes_every_compensation_and_each_runs_newest_first_once(tmp_path):
+    module = tmp_path / "booking.py"
+    module.write_text(BOOKING)
+    rows = explore("booking", [{}, {}], module=module, policy=cancel_all, actions=("exit",),
+                   points=COMPENSATION_POINTS, folder=tmp_path / "lab", parallel=2)
+    clean = rows[0]
+    assert (clean["status"], clean["violations"]) == ("cancelled", [])
+    assert clean["by_workflow"]["lab-2"] == {"cards effects": 2, "cards requests": 2, "seats effects": 2,
+                                             "seats requests": 2}
+    assert len(rows) == 1 + 2 * len(COMPENSATION_POINTS)
+    for row in rows[1:]:
+        assert row["exit_code"] == 13 and row["status"] == "cancelled", (row["point"], row["workflow"])
+        assert row["invariants_held"], (row["point"], row["workflow"], row["violations"])
+    after_refund = next(r for r in rows if (r["point"], r["workflow"]) == ("after_send:refund", "lab-2"))
+    assert after_refund["by_workflow"]["lab-2"]["cards requests"] == 3  # the refund asked twice, made once
+    assert after_refund["by_workflow"]["lab-2"]["cards effects"] == 2
+
+
+def test_compensations_oldest_first_or_one_skipped_break_their_invariant():
+    done = {"lab-1": [("charge", 2), ("hold", 1)]}
+    statuses = {"lab-1": "cancelled"}
+    clean = {"compensations": done, "statuses": statuses}
+    assert compensation_violations({"compensations": done, "statuses": statuses}, clean) == []
+    assert compensation_violations({"compensations": {"lab-1": [("hold", 1), ("charge", 2)]}, "statuses": statuses},
+                                   clean) == [
+        "compensations newest first, once each: lab-1 undid hold, charge; newest first is charge, hold"]
+    assert compensation_violations({"compensations": {"lab-1": [("charge", 2)]}, "statuses": statuses}, clean) == [
+        "compensations newest first, once each: lab-1 ended cancelled without undoing hold"]
+
+
+def test_effects_out_of_the_clean_run_s_order_break_their_invariant():
+    def effect(destination, key, at):
+        return {"destination": destination, "kind": "effect", "workflow": "lab-1", "key": key, "action": None,
+                "identity": key, "at": at}
+
+    clean = {"sent": [effect("seats", "lab-1:hold", 1.0), effect("cards", "lab-1:charge", 2.0)]}
+    swapped = {"sent": [effect("seats", "lab-1:hold", 3.0), effect("cards", "lab-1:charge", 2.0),
+                        effect("seats", "lab-1:hold", 0.5)]}
+    assert order_violations(clean, clean) == []
+    assert order_violations({"sent": clean["sent"][1:]}, clean) == []  # a lost effect is judged by its promise
+    assert order_violations(swapped, clean) == []  # the first of each counts: the hold came first
+    late = {"sent": [effect("cards", "lab-1:charge", 2.0), effect("seats", "lab-1:hold", 3.0)]}
+    assert order_violations(late, clean) == [
+        "effects in order: lab-1's effects came cards lab-1:charge, seats lab-1:hold; the clean run's "
+        "seats lab-1:hold, cards lab-1:charge"]
 
 
 def test_a_paused_owner_charges_twice_without_a_fence_and_once_with_one(travel, tmp_path):
@@ -355,10 +581,10 @@ def test_the_fuzz_command_takes_workflows_and_a_promise_and_refuses_an_unknown_o
 
 def test_summarize_counts_each_violation_once_per_trial():
     rows = [{"violations": ["final status as expected: escalated, expected complete"], "invariants_held": False,
-             "fired": ["a", "a"], "crashed": [13, 13], "children": 3, "repeated": {"x effects": -1},
+             "fired": ["a", "a"], "crashed": [13, 13], "children": 3, "effects_beyond": 0, "effects_short": 1,
              "status": "escalated"},
             {"violations": [], "invariants_held": True, "fired": ["b"], "crashed": [-9], "children": 2,
-             "repeated": {"x effects": 1}, "status": "complete"}]
+             "effects_beyond": 1, "effects_short": 0, "status": "complete"}]
     tally = summarize(rows, ["a", "b", "c"])
     assert tally["trials_with_violations"] == 1 and tally["violations_by_invariant"]["final status as expected"] == 1
     assert tally["kill_points"] == {"a": 2, "b": 1, "c": 0} and tally["kills"] == 3

@@ -82,8 +82,9 @@ def unwritten_charge(wf, cards, booking, amount):
 
 def test_check_boundary_on_the_naive_checkout(capsys, tmp_path):
     rows = checks.checkout_rows(naive_charge, tmp_path, points=["after_send:charge", "after_commit:charge"])
-    assert [(r["point"], r["counts"]["cards effects"]) for r in rows] == [
-        ("clean", 2), ("after_send:charge", 3), ("after_commit:charge", 2)]
+    assert [(r["point"], r["workflow"], r["counts"]["cards effects"]) for r in rows] == [
+        ("clean", None, 2), ("after_send:charge", "lab-1", 3), ("after_send:charge", "lab-2", 3),
+        ("after_commit:charge", "lab-1", 2), ("after_commit:charge", "lab-2", 2)]
     checks.check_boundary(..., rows)
     assert said(capsys).startswith("not yet: Ellipsis is not a boundary of the checkout")
     checks.check_boundary("after_sending:charge", rows)
@@ -102,10 +103,13 @@ def test_check_charge_refuses_an_unwritten_a_naive_and_a_reserved_charge(capsys,
     assert said(capsys) == "not yet: write my_charge, then run this cell again"
     checks.check_charge(naive_charge, tmp_path / "naive")
     assert said(capsys).startswith("not quite: after a crash, (point, charges for 2 bookings, status) = "
-                                   "[('after_send:charge', 3, 'complete'), ('after_activity:charge', 3, 'complete')]")
+                                   "[('after_send:charge in lab-1', 3, 'complete'), ('after_send:charge in lab-2', 3, "
+                                   "'complete'), ('after_activity:charge in lab-1', 3, 'complete'), "
+                                   "('after_activity:charge in lab-2', 3, 'complete')]")
     checks.check_charge(reserved_charge, tmp_path / "reserved")
     assert said(capsys).startswith("not quite: after a crash, (point, charges for 2 bookings, status) = "
-                                   "[('before_send:charge', 1, 'lab-1: failed; lab-2: complete')")
+                                   "[('before_send:charge in lab-1', 1, 'lab-1: failed; lab-2: complete'), "
+                                   "('before_send:charge in lab-2', 1, 'lab-1: complete; lab-2: failed')")
 
 
 def test_check_charge_refuses_reconciliation_on_every_booking_and_a_wrong_return(capsys, tmp_path):

@@ -63,7 +63,9 @@ def test_transient_retries_after_the_backoff_and_never_early(db, journal):
     step = one_step(journal, "t")
     assert (step["status"], step["attempts"], step["error"]) == (
         "retrying", 1, "Transient: 503 service unavailable (request 1)")
-    assert 0.95 <= scheduled_delay(journal, "t") <= 1.05
+    # Two clock readings in one process (the failure, then its schedule): a loaded machine may pause the process
+    # between them, so a quarter second either way; still far from the 2 s a second failure would wait.
+    assert 0.75 <= scheduled_delay(journal, "t") <= 1.25
     assert calls(db, "t") == ["answer"]
 
     make_due(db, "t", hours=-1)  # the retry an hour away, so a slow start of the next process cannot reach it
@@ -106,7 +108,7 @@ def test_a_provider_that_stays_down_backs_off_exponentially_then_escalates(db, j
 def test_rate_limited_waits_the_providers_time_not_the_policys(db, journal):
     start_demo(journal, "rl", failure="rate_limited", fail_times=1, retry_after=2.0)
     assert worker(db) == (0, ["rl: pending", "worker stopped"])
-    assert 1.95 <= scheduled_delay(journal, "rl") <= 2.05  # the policy alone would say 1 s
+    assert 1.75 <= scheduled_delay(journal, "rl") <= 2.25  # the policy alone would say 1 s (margin: as above)
     assert one_step(journal, "rl")["error"] == "RateLimited: 429 too many requests (request 1)"
     make_due(db, "rl")
     assert worker(db) == (0, ["rl: complete", "worker stopped"])

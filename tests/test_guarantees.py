@@ -41,6 +41,12 @@ def events(db: Path, workflow_id: str) -> list[tuple]:
     return [(e["step"], e["event"], e["detail"]) for e in Journal(db).history(workflow_id)]
 
 
+def stopped(pid: int) -> bool:
+    """The process has stopped itself (a ``stop`` fault: SIGSTOP) and waits for SIGCONT."""
+    state = subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True, text=True).stdout
+    return state.strip().startswith("T")
+
+
 def fired(db: Path, workflow_id: str, point: str) -> bool:
     return any(event == "fault_fired" and detail.startswith(point) for _, event, detail in events(db, workflow_id))
 
@@ -86,7 +92,7 @@ def test_a_repeated_approval_never_decides_a_later_wait(tmp_path):
     assert "name the one you decide (--wait NAME); nothing was changed" in repeat.stderr
     # A late rejection meant for the plan is refused; it must not reject the payment either.
     late = kit("reject", *common, "--by", "Eli", "--wait", "plan", expect=2)
-    assert "wait 'plan': approved by Dana: plan is fine was already saved and is final" in late.stderr
+    assert "wait 'plan': the decision saved first (approved by Dana: plan is fine) is final" in late.stderr
     # Named, the repeat is answered with the first decision and saves nothing.
     named = kit("approve", *common, "--by", "Dana", "--wait", "plan")
     assert named.stdout.startswith("g1, wait 'plan': already approved by Dana at ")
@@ -120,12 +126,11 @@ def pause_before_payment(tmp_path: Path, strategy: str) -> dict:
     db = tmp_path / f"{strategy}.db"
     journal = Journal(db)
     journal.start("refund", {"order_id": "A-1001", "strategy": strategy}, "refund-A-1001")
-    arm(journal.conn, "before_send:refund", "delay", 3.0)
+    arm(journal.conn, "before_send:refund", "stop")  # A stops itself there: SIGSTOP, however slow the machine
     worker = ("worker", "--db", str(db), "--until-idle", "--lease-seconds", "1", "--expiry-only")
     a = popen_kit(*worker)
     try:
-        wait_until(lambda: fired(db, "refund-A-1001", "before_send:refund"), what="A to reach the payment")
-        a.send_signal(signal.SIGSTOP)
+        wait_until(lambda: stopped(a.pid), what="A to reach the payment and pause")
         time.sleep(1.3)  # A's lease (1 s) expires while it is stopped
         b = popen_kit(*worker)
         b_out, b_err = b.communicate(timeout=60)
@@ -246,13 +251,16 @@ def test_a_process_killed_right_after_a_failure_keeps_its_retry_schedule(tmp_pat
     journal = Journal(db)
     journal.start("rate_limited", {}, "r1", registered_elsewhere=True)
     arm(journal.conn, "after_failure:call", "kill")
+    before = time.time()
     killed = kit("worker", "--db", str(db), "--until-idle", "--module", str(module), expect=None)
+    after = time.time()
     assert killed.returncode == -signal.SIGKILL
 
     step = journal.steps("r1")[0]
     wf = journal.workflow("r1")
     assert (step["status"], step["attempts"], wf["status"], wf["retries_used"]) == ("retrying", 1, "pending", 1)
-    assert 25 < step["next_attempt_at"] - time.time() <= 30
+    # 30 s after the failure, which happened while the worker ran: however slowly it started and died.
+    assert before + 30 <= step["next_attempt_at"] <= after + 30
     assert wf["next_run_at"] == step["next_attempt_at"]
     kit("worker", "--db", str(db), "--until-idle", "--module", str(module))  # nothing is due for 30 s
     assert lines(db.with_suffix(".calls")) == ["call"]
@@ -287,11 +295,12 @@ def test_two_dispatchers_sending_one_row_leave_the_first_saved_receipt(tmp_path)
     journal = Journal(db)
     journal.start("outboxed", {}, "o1", registered_elsewhere=True)
     kit("run", "--db", str(db), "--workflow", "o1", "--module", str(module))  # enqueues, then waits for the receipt
-    arm(journal.conn, "after_send:deliver", "delay", 2.0)
+    arm(journal.conn, "after_send:deliver", "stop")  # the first pauses after sending, until the second is done
     once = ("worker", "--db", str(db), "--once", "--module", str(module))
     slow = popen_kit(*once)
-    wait_until(lambda: fired(db, "o1", "after_send:deliver"), what="the first dispatcher to send")
+    wait_until(lambda: stopped(slow.pid), what="the first dispatcher to send and pause")
     kit(*once)  # the second dispatcher sends too, saves its answer and runs the workflow on
+    os.kill(slow.pid, signal.SIGCONT)
     out, err = slow.communicate(timeout=30)
     assert slow.returncode == 0 and "Traceback" not in err, err
 
@@ -432,11 +441,13 @@ def test_a_lock_held_by_a_paused_process_delays_the_worker_but_loses_nothing(tmp
     module.write_text(THREE_STEPS)
     journal = Journal(db)
     journal.start("three_steps", {}, "t1", registered_elsewhere=True)
-    arm(journal.conn, "after_activity:two", "delay", 0.5)
-    worker = popen_kit("worker", "--db", str(db), "--until-idle", "--module", str(module))
-    wait_until(lambda: fired(db, "t1", "after_activity:two"), what="step two's activity to finish")
+    arm(journal.conn, "after_activity:two", "stop")  # step two ran; its output waits until the lock is held
+    # A lease long enough that the pause and the held lock cannot end it: this test is about the lock.
+    worker = popen_kit("worker", "--db", str(db), "--until-idle", "--lease-seconds", "120", "--module", str(module))
+    wait_until(lambda: stopped(worker.pid), what="step two's activity to finish")
     holder = subprocess.Popen([sys.executable, "-c", PAUSED_HOLDER, str(db)], stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline() == "held\n"
+    os.kill(worker.pid, signal.SIGCONT)
     time.sleep(22)  # longer than every busy timeout and retry of BEGIN IMMEDIATE (4 x 5 s)
     assert worker.poll() is None, worker.communicate()  # still alive
     os.kill(holder.pid, signal.SIGCONT)

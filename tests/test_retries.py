@@ -8,7 +8,7 @@ import time
 import pytest
 
 import durable_kit
-from durable_kit import Journal, run_workflow
+from durable_kit import Journal, resume, run_workflow
 from durable_kit.core.journal import FINAL_STATUSES, Ended, Suspended
 from durable_kit.core.retries import (AmbiguousEffect, Decision, FormatFailure, InvalidRequest, PolicyDenied,
                                  RateLimited, RetryPolicy, Transient, decide)
@@ -466,8 +466,9 @@ def test_without_retry_a_failure_fails_the_step_and_the_workflow(journal, one_st
     assert (wf["status"], wf["error"], wf["retries_used"]) == ("failed", f"{type(error).__name__}: {error}", 0)
     assert events(journal, wid)[-1] == "workflow_failed"
     assert journal.conn.execute("SELECT COUNT(*) FROM escalations").fetchone()[0] == 0
-    # Failed is not final: a later replay resumes it.
+    # Failed is not final: a resume makes it runnable again, and the next replay retries the step.
     assert "failed" not in FINAL_STATUSES
+    resume(journal, wid, by="ops")
     assert run_workflow(journal, wid) == {"result": {"ok": True}}
     assert activity.calls == 2
 

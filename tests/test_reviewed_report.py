@@ -150,7 +150,7 @@ def test_a_second_decision_returns_the_first_or_is_refused_and_changes_nothing(d
     assert repeat.stdout.endswith("; nothing saved; status pending\n")
     refused = decide(db, "reject", "r1", "--by", "bob", expect=2)
     assert list(refused) == ["error"]
-    assert "workflow 'r1'" in refused["error"] and "approved by ana: ship it was already saved" in refused["error"]
+    assert "workflow 'r1'" in refused["error"] and "the decision saved first (approved by ana: ship it) is final" in refused["error"]
     plain = cli("reject", "--db", str(db), "--workflow", "r1", "--by", "bob")
     assert (plain.returncode, plain.stdout) == (2, "")
     assert plain.stderr.startswith("error: workflow 'r1'")
@@ -160,7 +160,7 @@ def test_a_second_decision_returns_the_first_or_is_refused_and_changes_nothing(d
     before = dump(db)
     assert decide(db, "approve", "r1", "--by", "cy")["decision"] == first
     assert decide(db, "approve", "r1", "--by", "cy")["status"] == "complete"
-    assert "already saved" in decide(db, "reject", "r1", "--by", "cy", expect=2)["error"]
+    assert "the decision saved first" in decide(db, "reject", "r1", "--by", "cy", expect=2)["error"]
     assert dump(db) == before
     assert Notifier.beside(db).count() == 1
 
@@ -250,7 +250,7 @@ def test_a_broad_topic_asks_first_then_researches_the_answer(db):
     before = dump(db)
     assert decide(db, "answer", "q1", "--text", TOPIC, "--by", "bob")["decision"] == first
     conflict = decide(db, "answer", "q1", "--text", "something else", "--by", "bob", expect=2)
-    assert "'q1', wait 'clarify': answered by ana: supplier concentration risk was already saved" in conflict["error"]
+    assert "'q1', wait 'clarify': the decision saved first (answered by ana: supplier concentration risk) is final" in conflict["error"]
     assert dump(db) == before
 
     assert worker(db) == ["q1: waiting", "worker stopped"]

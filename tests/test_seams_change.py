@@ -343,8 +343,7 @@ def last_step_then_end(wf):
 '''
 
 
-@pytest.mark.parametrize("kind, ended", [("last_step", ("complete", "sent", None, "completed")),
-                                         ("last_step_then_end", ("stopped", None, "nothing more to do", "stopped"))])
+@pytest.mark.parametrize("kind, ended", [("last_step", ("complete", "sent", None, "completed"))])
 def test_a_cancellation_during_the_last_step_is_reported_as_too_late(tmp_path, kind, ended):
     db, module = started(tmp_path, LAST_STEP, kind, "l1")
     running = subprocess.Popen([sys.executable, "-m", "durable_kit", "worker", "--db", str(db), "--until-idle",
@@ -370,6 +369,23 @@ def test_a_cancellation_during_the_last_step_is_reported_as_too_late(tmp_path, k
     assert as_json["workflow"]["cancel_requested"] == {"by": "Dana", "reason": "too slow"}
 
 
+def test_a_cancellation_during_the_last_step_of_code_that_then_ends_itself_cancels_it(tmp_path):
+    db, module = started(tmp_path, LAST_STEP, "last_step_then_end", "l1")
+    running = subprocess.Popen([sys.executable, "-m", "durable_kit", "worker", "--db", str(db), "--until-idle",
+                                "--module", str(module)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    wait_until(lambda: any(s["name"] == "send" for s in Journal(db).steps("l1")), 60, "the last step to start")
+    kit("cancel", "--db", str(db), "--workflow", "l1", "--by", "Dana", "--reason", "too slow")
+    assert running.communicate(timeout=120)[0] and running.returncode == 0
+    journal = Journal(db)
+    wf = journal.workflow("l1")
+    assert (wf["status"], wf["output"], wf["error"]) == ("cancelled", None, "cancelled by Dana: too slow")
+    assert [s["name"] for s in journal.steps("l1")] == ["prepare", "send", "compensate:prepare"]
+    last = journal.history("l1")[-1]  # end() is a boundary: the cancellation asked for before it wins
+    assert (last["event"], last["detail"]) == ("workflow_cancelled",
+                                               "cancelled by Dana: too slow; compensated prepare")
+
+
 # --- (13) a cancellation is checked before a resolved decision is returned ---
 
 APPROVE_LAST = SENDER + '''
@@ -387,8 +403,10 @@ def test_cancel_then_approve_then_a_worker_compensates_instead_of_completing(tmp
     db, module = started(tmp_path, APPROVE_LAST, "approve_last", "a1")
     worker(db, module)
     kit("cancel", "--db", str(db), "--workflow", "a1", "--by", "Dana", "--reason", "changed mind")
-    approved = kit("approve", "--db", str(db), "--workflow", "a1", "--by", "Eli")
-    assert approved.stdout == "a1, wait 'go': saved: approved by Eli; status pending\n"
+    approved = kit("approve", "--db", str(db), "--workflow", "a1", "--by", "Eli", expect=2)
+    assert approved.stdout == "" and approved.stderr == (
+        "error: workflow 'a1' is being cancelled (requested by Dana: changed mind); its wait 'go' takes no decision "
+        "now and nothing was saved.\n")
     worker(db, module)
     journal = Journal(db)
     wf = journal.workflow("a1")

@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import sqlite3
+import sys
 
 from conftest import run_python
 
 from durable_kit.workshop import setup_check
 
-CHECK_NAMES = ["Python 3.10 or newer", "jupyterlab 4.0 or newer", "ipywidgets 8.0 or newer", "pandas 2.0 or newer",
+CHECK_NAMES = ["Python 3.10 to 3.14", "jupyterlab 4.0 or newer", "ipywidgets 8.0 or newer", "pandas 2.0 or newer",
                "matplotlib 3.7 or newer", "SQLite 3.35 or newer, with RETURNING and upserts",
                "scratch folder writable, SQLite WAL works there", "POSIX signals (SIGKILL, SIGSTOP, SIGCONT, SIGTERM)",
                "a child process can be started and killed", "JupyterLab widgets extension",
@@ -44,10 +45,21 @@ def test_a_missing_package_and_an_old_version_fail_with_the_install_command():
     missing = setup_check.check_package("no-such-distribution-for-the-workshop", (1, 0))
     assert not missing.ok
     assert missing.line() == ("FAIL  no-such-distribution-for-the-workshop 1.0 or newer (not installed): "
-                              'run `python -m pip install -e ".[workshop]"` from the checkout, in the environment '
-                              "your kernel uses")
+                              'run `python -m pip install -c constraints.txt -e ".[workshop]"` from the checkout, in '
+                              "the environment your kernel uses")
     too_old = setup_check.check_package("pytest", (999, 0))
     assert not too_old.ok and too_old.line().startswith("FAIL  pytest 999.0 or newer (")
+
+
+def test_the_python_check_accepts_the_range_the_lock_covers_and_names_it():
+    for version in ((3, 10, 0), (3, 11, 7), (3, 14, 2)):
+        assert setup_check.check_python(version).line() == f"ok    Python 3.10 to 3.14 ({'.'.join(map(str, version))})"
+    for version in ((3, 9, 18), (3, 15, 0)):
+        result = setup_check.check_python(version)
+        assert not result.ok
+        assert result.line().startswith(f"FAIL  Python 3.10 to 3.14 ({'.'.join(map(str, version))}): make a new venv "
+                                        "with a Python from 3.10 to 3.14")
+    assert setup_check.check_python().found == ".".join(map(str, sys.version_info[:3]))
 
 
 def test_the_sqlite_check_runs_the_features_it_names():

@@ -225,7 +225,7 @@ def test_a_retry_policy_checks_its_settings(settings):
                                   ("worker", "--lease-seconds", "nan"), ("fault", "slow-next-step", "--seconds", "-5")])
 def test_worker_and_fault_flags_are_checked(tmp_path, args):
     done = kit(*args, "--db", str(tmp_path / "journal.db"))
-    assert done.returncode == 2 and "give a finite number of at least" in done.stderr
+    assert done.returncode == 2 and "seconds: give a number from " in done.stderr
     assert list(tmp_path.iterdir()) == []
 
 

@@ -61,7 +61,7 @@ def test_immediate_commits_the_whole_block(db):
     with immediate(conn):
         conn.execute("INSERT INTO faults (point, action) VALUES ('a', 'exit')")
         conn.execute("INSERT INTO faults (point, action) VALUES ('b', 'kill')")
-    assert dump(db)["faults"] == sorted([repr(("a", "exit", 0.0)), repr(("b", "kill", 0.0))])
+    assert dump(db)["faults"] == sorted([repr(("a", "exit", 0.0, "*")), repr(("b", "kill", 0.0, "*"))])
 
 
 def test_immediate_rolls_back_on_exception(db):
@@ -76,7 +76,7 @@ def test_immediate_rolls_back_on_exception(db):
     # The connection is usable afterwards.
     with immediate(conn):
         conn.execute("INSERT INTO faults (point, action) VALUES ('a', 'exit')")
-    assert dump(db)["faults"] == [repr(("a", "exit", 0.0))]
+    assert dump(db)["faults"] == [repr(("a", "exit", 0.0, "*"))]  # armed for any workflow
 
 
 def test_immediate_holds_the_write_lock_from_the_start(db):

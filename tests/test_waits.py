@@ -11,7 +11,7 @@ import pytest
 
 import durable_kit
 import durable_kit.workshop.agents  # noqa: F401  (registers research_report and reviewed_report)
-from durable_kit import Journal, Workflow, WorkflowError, run_workflow
+from durable_kit import Journal, Workflow, WorkflowError, resume, run_workflow
 from durable_kit.core import waits as waits_module
 from durable_kit.admin import describe_outcome, open_wait, waits
 from durable_kit.decisions import DecisionConflict, NotWaiting, answer, approve, reject
@@ -175,7 +175,7 @@ def test_a_different_decision_is_a_conflict_and_changes_nothing(journal, gated, 
             second(journal, "g1", "bob", "other")
         message = str(raised.value)
         assert "workflow 'g1'" in message and "wait 'gate'" in message
-        assert f"{saved}: final was already saved and is final" in message
+        assert f"the decision saved first ({saved}: final) is final" in message
         assert "nothing was changed" in message
         assert dump(journal.path) == before
 
@@ -277,7 +277,7 @@ def test_an_answer_is_what_ask_returns_and_is_final(journal, kinds):
     assert journal.history("q1")[-1]["detail"] == "answered by ana: pumps"
     before = dump(journal.path)
     assert answer(journal, "q1", "pumps", "bob") == {**first, "saved": False}
-    with pytest.raises(DecisionConflict, match="'q1', wait 'clarify': answered by ana: pumps was already saved"):
+    with pytest.raises(DecisionConflict, match=r"'q1', wait 'clarify': the decision saved first \(answered by ana: pumps\) is final"):
         answer(journal, "q1", "valves", "bob")
     assert dump(journal.path) == before
 
@@ -343,7 +343,7 @@ def test_a_timer_holds_no_process_and_fires_in_a_later_worker(tmp_path, journal)
         "@workflow('test_waits.cooling')\n"
         "def cooling(wf):\n"
         "    first = wf.execute_step('before', lambda: 'warm')\n"
-        "    wf.sleep('cool_down', 2.0)\n"
+        "    wf.sleep('cool_down', 3600.0)\n"
         "    return [first, wf.execute_step('after', lambda: 'cooled')]\n")
 
     def worker() -> list[str]:
@@ -360,13 +360,16 @@ def test_a_timer_holds_no_process_and_fires_in_a_later_worker(tmp_path, journal)
     assert journal.workflow("t1")["next_run_at"] == wait["wake_at"]
 
     before = dump(journal.path)
-    assert worker() == ["worker stopped"]  # a new process before the time: nothing to do
+    assert worker() == ["worker stopped"]  # a new process before the time (an hour away, however slow): nothing
     assert dump(journal.path) == before
 
-    time.sleep(max(0.0, wait["wake_at"] - time.time()) + 0.02)
+    # The hour passes: the saved time moves back. The later worker fires the timer only if it reads the saved
+    # time; had its replay computed a new one (now + 3600), it would wait again.
+    journal.conn.execute("UPDATE waits SET wake_at = wake_at - 3600 WHERE workflow_id = 't1'")
+    journal.conn.execute("UPDATE workflows SET next_run_at = next_run_at - 3600 WHERE id = 't1'")
     assert worker() == ["t1: complete", "worker stopped"]
     assert journal.workflow("t1")["output"] == ["warm", "cooled"]
-    assert waits(journal, "t1")[0]["wake_at"] == wait["wake_at"]  # the later process kept the first time
+    assert waits(journal, "t1")[0]["wake_at"] == wait["wake_at"] - 3600  # the later process kept the saved time
     assert {s["name"]: s["attempts"] for s in journal.steps("t1")} == {"before": 1, "after": 1}
 
 
@@ -394,6 +397,7 @@ def test_a_wait_name_saved_for_one_kind_cannot_be_reused_for_another(journal, ki
                                                 f"not '{code}'"):
             run_workflow(journal, "w1")
         assert dump(journal.path)["waits"] == saved
+        resume(journal, "w1", by="ops")  # failed by the refusal: resumed under the next version of the code
 
 
 def test_a_wait_kind_must_be_known(journal, kinds):

@@ -63,7 +63,7 @@ def test_a_second_click_returns_the_first_decision_and_a_conflicting_one_is_refu
     panel._save(approve, "Eve")
     assert panel.result.value == "Already decided, nothing saved: approved by Dana. Workflow status: pending."
     panel._save(widgets.reject, "Eve")
-    assert panel.result.value.startswith("Nothing saved: workflow 'r1', wait 'approval': approved by Dana")
+    assert panel.result.value.startswith("Nothing saved: workflow 'r1', wait 'approval': the decision saved first (approved by Dana)")
     assert dump(db) == before
 
 

@@ -36,18 +36,20 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import state, waits
-from ..errors import Ended, LeaseLost, NonDeterminism, Suspended, WorkflowError, is_storage_fault
+from ..errors import Ended, LeaseLost, NonDeterminism, Suspended, WorkflowError, check_text, is_storage_fault
 from .leases import Heartbeat, Lease, check_lease, new_owner, release, superseded, take
-from .retries import TAKEN_OVER_BY_STEP, Crashed, FormatFailure, InvalidRequest, RetryPolicy, record_failure
+from .retries import (TAKEN_OVER_BY_STEP, Crashed, FormatFailure, InvalidRequest, OutranLease, RetryPolicy,
+                      record_failure)
 from ..redact import redact, register_secret
 from .state import COMMIT_OUTPUT, COMPLETE, COMPLETE_IN_TRANSACTION, FINAL_STATUSES, move, start_first_attempt
-from .store import (BOUNDARY_HOOK, DB_NOW, append_event, boundary, connect, encode, every_boundary, from_json,
-                    immediate, now, to_json, write)
+from .store import (BOUNDARY_HOOK, DB_NOW, append_event, boundary, connect, encode, every_boundary, files_of,
+                    from_json, immediate, now, to_json, write)
 
 WORKFLOWS: dict[str, Callable[["Workflow"], Any]] = {}  # kind -> its function
 VERSIONS: dict[str, str] = {}  # kind -> the code version a new workflow of that kind records
 INPUTS: dict[str, dict[str, type]] = {}  # kind -> the input keys it needs, and their types
 MAX_RETRY_BUDGET = 1_000_000
+STOPPED = ("paused", "failed", "blocked")  # not final, but no person's run starts them again without a resume
 CRASH_LIMIT = RetryPolicy(max_attempts=3)  # attempts that killed their process before a step without a policy escalates
 
 # How features extend every replay (``change.py`` adds cancellation). ``boundary(wf, new)`` runs before each new
@@ -104,7 +106,19 @@ class Journal:
         self.path, self.synchronous = Path(path), synchronous.upper()
         self.conn = conn or connect(self.path, self.synchronous, create=create)
         self.relaxing = False  # inside ``relaxed``
-        self._log = None  # the write-ahead log, opened for ``sync``
+        self._log: Any = None  # the write-ahead log, opened for ``sync``
+        self.files = files_of(self.path)  # as opened: a worker checks they are still the same files
+
+    def files_changed(self) -> str | None:
+        """Which of the journal's files was removed or replaced since this process opened it, or None."""
+        files = files_of(self.path)
+        if self.files[1] is None:  # the log appeared after the journal was opened
+            self.files = (self.files[0], files[1])
+        for what, opened, seen in zip((f"the journal's file ({self.path.name})",
+                                       f"its write-ahead log ({self.path.name}-wal)"), self.files, files):
+            if opened != seen:
+                return what
+        return None
 
     @contextmanager
     def relaxed(self):
@@ -148,7 +162,7 @@ class Journal:
                 f"no module in this process registered the workflow kind {kind!r} (known: {sorted(WORKFLOWS)}); "
                 "nothing was started. Import the module that defines it, or pass registered_elsewhere=True if "
                 "only the workers load it.")
-        if workflow_id is not None and not workflow_id.strip():
+        if workflow_id is not None and not check_text(workflow_id, "the id", f"a workflow of kind {kind!r}").strip():
             raise WorkflowError("a workflow id cannot be empty (an unset variable?): an empty id would start a new "
                                 "task every time. Give the id, or leave it out for a random one. Nothing was started.")
         workflow_id = workflow_id or uuid.uuid4().hex[:12]
@@ -274,11 +288,12 @@ class Replay:
             else:  # tried before: a retry time; a *running* row's last attempt died mid-step; a repair
                 self._tried[r["name"]] = {"not_before": r["next_attempt_at"] if r["status"] == "retrying" else None,
                                           "died": r["attempts"] if r["status"] == "running" else 0,
-                                          "repair": r["repair_message"]}
+                                          "outran": 0, "repair": r["repair_message"]}
         if any(t["died"] for t in self._tried.values()):  # attempts taken over by another owner are not crashes
             for r in self.conn.execute(TAKEN_OVER_BY_STEP, (self.id,)):
-                if r["step"] in self._tried:
+                if r["step"] in self._tried and self._tried[r["step"]]["died"]:
                     self._tried[r["step"]]["died"] -= r["attempts"]
+                    self._tried[r["step"]]["outran"] = r["in_a_row"]
 
     def place(self, name: str, input_json: str | None = None, wait: bool = False) -> int:
         """Give the next step or wait (named once a replay) its position; block if the journal recorded another there."""
@@ -533,7 +548,9 @@ class Workflow(Replay):
         raised; with ``retry`` its class picks the path (``retries.decide``), committed with the failure.
         ``repair(message)`` gets one try after ``InvalidRequest`` or ``FormatFailure``, ``fallback()`` after a
         ``FormatFailure`` repair did not fix; a retry repeats the repair, not the request. Attempts whose process
-        died count (``Crashed``: ``retry.max_attempts``, else ``CRASH_LIMIT``); taken-over ones do not.
+        died count (``Crashed``: ``retry.max_attempts``, else ``CRASH_LIMIT``); taken-over ones do not, but as many
+        taken over in a row because their lease expired (since the step last failed) escalate it: its activity
+        outran its lease (``OutranLease``).
         ``versions`` are recorded with the step; ``compensate(output)`` undoes it if the workflow is cancelled.
         """
         input_json = to_json(step_input, self.id, name, "step input")
@@ -548,9 +565,16 @@ class Workflow(Replay):
                 self._suspend_until(tried["not_before"], f"step {name!r} is not due yet")
             if tried["died"] >= policy.max_attempts:
                 return self._after_failure(name, Crashed("the process died during the attempt"), policy)
+            if tried["outran"] >= policy.max_attempts:
+                return self._after_failure(name, OutranLease(
+                    f"{tried['outran']} attempts of step {name!r} in a row were taken over while their process lived: "
+                    "its lease expired before its heartbeat could renew it (an activity that holds the process, or "
+                    "Python's GIL, longer than the lease). Raise the lease (--lease-seconds) or let the activity yield "
+                    "(release the GIL, or split it into shorter steps), then resume it"), policy)
         versions_json = None if versions is None else to_json(versions, self.id, name, "step versions")
         repair_message = tried["repair"] if tried and repair else None
-        run = activity if repair_message is None else partial(repair, repair_message)  # never resend a bad request
+        run: Callable[[], Any] = (activity if repair is None or repair_message is None  # never resend a bad request
+                                  else partial(repair, repair_message))
         while True:
             armed = self._start_attempt(name, input_json, repair_message, versions_json)
             if armed is None:  # another process completed it since this replay began
@@ -594,7 +618,7 @@ class Workflow(Replay):
             with self.starting():
                 armed = self.mark_running(name, input_json, repair_message, versions_json)
         if armed is not None:  # a later attempt of this replay takes the transaction
-            self._tried.setdefault(name, {"not_before": None, "died": 0, "repair": None})
+            self._tried.setdefault(name, {"not_before": None, "died": 0, "outran": 0, "repair": None})
         return armed
 
     def _after_failure(self, name: str, error: Exception, retry: RetryPolicy | None) -> Any:
@@ -636,9 +660,13 @@ class Workflow(Replay):
         waits.wait_for(self, name, "timer", {"seconds": seconds}, seconds)
 
     def end(self, status: str, reason: str) -> None:
-        """End the workflow here with a final ``status`` (rejected, stopped or escalated) and its reason."""
+        """End the workflow here with a final ``status`` (rejected, stopped or escalated) and its reason.
+
+        A step boundary, like an error past the recorded steps: a cancellation asked for before it ends the
+        workflow *cancelled* instead."""
         if status not in ("rejected", "stopped", "escalated"):
             raise ValueError(f"end() takes 'rejected', 'stopped' or 'escalated', not {status!r}")
+        self.at_boundary(new=False)  # a cancellation asked for first ends it instead
         self._stop(status, {"error": redact(reason)}, f"workflow_{status}", reason)
         raise Ended(f"workflow {self.id!r}: {status}: {reason}")
 
@@ -654,7 +682,9 @@ def run_workflow(journal: Journal, workflow_id: str, lease: Lease | None = None,
                  take_over: bool = False) -> Any:
     """Replay the workflow from its first line as far as it can go; return its output, or None.
 
-    A final workflow returns its stored output without running (read in the transaction that grants the lease).
+    A final workflow returns its stored output without running (read in the transaction that grants the lease);
+    a *paused*, *failed* or *blocked* one is refused (``WorkflowError``) unless run under a worker's ``lease``:
+    only ``resume`` starts it again, and says so in the history.
     The replay runs under ``lease``, else takes one (``leases.take``: refused with ``LeaseHeld`` from a live
     owner unless ``take_over``); a heartbeat renews it. ``fenced=False`` runs with no lease: the unsafe way.
     A replay that stops at a retry time, a wait, a pause, an end or a lost lease returns None; the database says
@@ -670,6 +700,10 @@ def run_workflow(journal: Journal, workflow_id: str, lease: Lease | None = None,
                                            (workflow_id,)).fetchone() or journal.row_for_update(workflow_id)
                 if row["status"] in FINAL_STATUSES:
                     return from_json(row["output"])
+                if lease is None and row["status"] in STOPPED:  # a person's run: only a resume starts these again
+                    raise WorkflowError(
+                        f"workflow {workflow_id!r} is {row['status']}; nothing was changed. Resume it first (`resume`: "
+                        "the history records who resumed it, and from what), then run it or let a worker run it.")
                 fn = WORKFLOWS.get(row["kind"])
                 if fn is None:
                     raise WorkflowError(

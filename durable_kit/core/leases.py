@@ -23,11 +23,12 @@ from pathlib import Path
 
 from ..errors import LeaseHeld, LeaseLost
 from ..redact import redact
-from .retries import TAKEN_OVER
+from .retries import EXPIRED, TAKEN_OVER
 from . import state
 from .store import DB_NOW, append_event, immediate
 
 LEASE_SECONDS = 10.0
+LEASE_SECONDS_MAX = 3600.0  # an hour: an owner that died on another machine is noticed only when its lease expires
 __all__ = ["LeaseHeld", "LeaseLost"]  # re-exported: they are raised here
 
 
@@ -117,17 +118,22 @@ def take(conn: sqlite3.Connection, row, owner: str, take_over: bool = False,
             "--take-over to fence that owner out (its attempt then counts as taken over, not as a crash).")
     lease = grant(conn, row["id"], owner, seconds, only_if_due=False)
     if holder is not None and (live or owner_is_alive(holder)):
-        note_taken_over(conn, row["id"], holder, row["fencing_token"], lease.token)
+        note_taken_over(conn, row["id"], holder, row["fencing_token"], lease.token, expired=False)
     return lease
 
 
-def note_taken_over(conn: sqlite3.Connection, workflow_id: str, owner: str, token: int, new_token: int) -> None:
-    """Inside the takeover's transaction: one ``attempt_taken_over`` event per step ``owner`` was running."""
+def note_taken_over(conn: sqlite3.Connection, workflow_id: str, owner: str, token: int, new_token: int,
+                    expired: bool) -> None:
+    """Inside the takeover's transaction: one ``attempt_taken_over`` event per step ``owner`` was running.
+
+    ``expired``: its lease ran out (``EXPIRED`` in the detail, which ``TAKEN_OVER_BY_STEP`` counts toward an
+    activity that outran its lease); else a person's ``run --take-over`` fenced it out."""
+    why = EXPIRED if expired else "a person's run took over"
     for step in conn.execute("SELECT name, attempts FROM steps WHERE workflow_id = ? AND status = 'running'",
                              (workflow_id,)).fetchall():
         append_event(conn, workflow_id, step["name"], TAKEN_OVER,
-                     f"attempt {step['attempts']} (token {token}) by {owner} was running when token {new_token} "
-                     "took over; it is not counted as a crash")
+                     f"attempt {step['attempts']} (token {token}) by {owner} was running when {why} (token "
+                     f"{new_token}); it is not counted as a crash")
 
 
 def check_lease(conn: sqlite3.Connection, lease: Lease, live: bool = False) -> None:
@@ -177,7 +183,8 @@ def revoke_abandoned(conn: sqlite3.Connection, assume_dead: bool = False,
             state.take_back(conn, row["id"])
             append_event(conn, row["id"], None, "recovered", why)
             if not assume_dead and trust_pids and owner_is_alive(row["owner"]):  # paused past its lease, not dead
-                note_taken_over(conn, row["id"], row["owner"], row["fencing_token"], row["fencing_token"] + 1)
+                note_taken_over(conn, row["id"], row["owner"], row["fencing_token"], row["fencing_token"] + 1,
+                                expired=True)
             revoked.append((row["id"], why))
     return revoked
 
@@ -195,7 +202,9 @@ class Heartbeat:
     """Keeps one lease alive while its replay runs: ``with Heartbeat(db_path, lease) as heartbeat:``.
 
     One thread per process renews each lease every third of its length; a failed renewal (said on stderr unless
-    a storage error) is tried at the next beat. ``gave_up``: a renewal found the lease lost or expired."""
+    a storage error) is tried at the next beat, and any exception the thread meets is said on stderr and survived:
+    it goes on renewing (a thread that ends anyway is replaced by the next heartbeat). ``gave_up``: a renewal
+    found the lease lost or expired."""
 
     def __init__(self, db_path: str | Path, lease: Lease):
         self.db_path, self.lease, self.gave_up = str(db_path), lease, False
@@ -236,12 +245,13 @@ class _Renewer:
         while True:
             try:
                 due = self._next_due(conns)
+                for path in {h.db_path for h in due}:
+                    self._renew_all(conns, path, [h for h in due if h.db_path == path])
             except Exception as error:  # never let the thread die: say so, look again a little later
                 self._say(f"lease renewals: {type(error).__name__}: {error}; the renewer goes on")
-                time.sleep(self.IDLE_LOOK)
-                continue
-            for path in {h.db_path for h in due}:
-                self._renew_all(conns, path, [h for h in due if h.db_path == path])
+                with self.wake:  # soon enough for the shortest lease to be renewed in time
+                    pause = min([self.IDLE_LOOK, *(h.lease.seconds / 6 for h in self.beating)])
+                time.sleep(pause)
 
     def _next_due(self, conns: dict[str, sqlite3.Connection]) -> list[Heartbeat]:
         # Sleeps until some heartbeat is due; closes the connections of journals left without a lease.

@@ -7,7 +7,6 @@ one transaction, so a schedule outlives every process: no worker sleeps through 
 from __future__ import annotations
 
 import json
-import math
 import random
 import sqlite3
 from dataclasses import dataclass
@@ -17,10 +16,15 @@ from . import state
 from .store import append_event, now
 
 # An attempt ended by another owner taking its lease while its process lived (``leases.note_taken_over``): not a
-# crash, never counted toward ``max_attempts``. TAKEN_OVER_BY_STEP: how many per step, for one workflow id.
+# crash, never counted toward ``max_attempts``. TAKEN_OVER_BY_STEP, per step of workflow ?1: ``attempts`` taken
+# over in all, and ``in_a_row``, those whose lease expired (``EXPIRED``, not a person's take-over) since the step's
+# last recorded failure: each an attempt that outran its lease.
 TAKEN_OVER = "attempt_taken_over"
-TAKEN_OVER_BY_STEP = (f"SELECT step, COUNT(*) AS attempts FROM history WHERE workflow_id = ? AND event = '{TAKEN_OVER}'"
-                      " GROUP BY step")
+EXPIRED = "its lease expired"
+TAKEN_OVER_BY_STEP = (
+    f"SELECT step, COUNT(*) AS attempts, SUM(detail LIKE '%{EXPIRED}%' AND seq > COALESCE((SELECT MAX(f.seq)"
+    "   FROM history f WHERE f.workflow_id = ?1 AND f.step = h.step AND f.event = 'step_failed'), 0)) AS in_a_row"
+    f" FROM history h WHERE workflow_id = ?1 AND event = '{TAKEN_OVER}' GROUP BY step")
 
 
 class Transient(Exception):
@@ -31,12 +35,20 @@ class Crashed(Transient):
     """The process running an attempt died; counted like a transient failure (an attempt taken over is not)."""
 
 
+class OutranLease(Exception):
+    """A step's attempts kept losing their lease while their process lived: the activity outran its lease.
+
+    A live owner whose heartbeat cannot renew in time (an activity that holds the process or Python's GIL longer
+    than the lease) is taken over again and again; no retry of the same attempt can end that.
+    """
+
+
 class RateLimited(Exception):
-    """The provider asked us to slow down: retry after the time it gave."""
+    """The provider asked us to slow down: retry after the time it gave (seconds, from 0 to 100 years)."""
 
     def __init__(self, message: str, retry_after: float):
         super().__init__(message)
-        self.retry_after = retry_after
+        self.retry_after = seconds_in_range(retry_after, "RateLimited: retry_after")
 
 
 class InvalidRequest(Exception):
@@ -55,6 +67,17 @@ class PolicyDenied(Exception):
     """A rule said no. This is an outcome, not an outage: retrying cannot change it."""
 
 
+MAX_SECONDS = 3_155_760_000  # 100 years: the longest delay, timer or deadline, so every time stays a date
+
+
+def seconds_in_range(value, what: str):
+    """``value`` if it is a finite number of seconds from 0 to ``MAX_SECONDS``; else a ``ValueError`` naming ``what``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_SECONDS:
+        raise ValueError(f"{what} must be a finite number of seconds from 0 to {MAX_SECONDS} (100 years), "
+                         f"not {value!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """Bounded exponential backoff: ``base * 2**(attempt-1)``, capped, optionally jittered."""
@@ -68,13 +91,11 @@ class RetryPolicy:
             raise ValueError(f"RetryPolicy: max_attempts must be a whole number of at least 1 (the first attempt "
                              f"counts), not {self.max_attempts!r}")
         for name in ("base_delay", "max_delay"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-                raise ValueError(f"RetryPolicy: {name} must be a finite number of seconds, 0 or more, not {value!r}")
+            seconds_in_range(getattr(self, name), f"RetryPolicy: {name}")
 
     def delay(self, attempt: int) -> float:
         """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
-        delay = min(self.base_delay * 2 ** (attempt - 1), self.max_delay)
+        delay = min(self.base_delay * 2.0 ** min(attempt - 1, 64), self.max_delay)  # no float overflow
         return random.uniform(delay / 2, delay) if self.jitter else delay
 
 
@@ -93,6 +114,8 @@ def decide(error: BaseException, attempt: int, policy: RetryPolicy, budget_left:
         return Decision("stop", f"policy denied: {error}")
     if isinstance(error, AmbiguousEffect):
         return Decision("reconcile", f"outcome unknown, ask the destination before retrying: {error}")
+    if isinstance(error, OutranLease):
+        return Decision("escalate", f"the activity outran its lease: {error}")
     if isinstance(error, (Transient, RateLimited)):
         if attempt >= policy.max_attempts:
             return Decision("escalate", f"{kind} on attempt {attempt} of {policy.max_attempts}: {error}")

@@ -18,7 +18,7 @@ from typing import Any, Iterator
 from ..errors import SettingError, describe_json_problem, folder_message
 from ..redact import Unredactable, redact, redact_value, secrets_in_json
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 SYNCHRONOUS_LEVELS = ("OFF", "NORMAL", "FULL", "EXTRA")
 
 
@@ -240,6 +240,18 @@ def refuse_missing_or_empty(path: Path) -> None:
                            "delete the empty file and `start` again.")
 
 
+def files_of(path: str | Path) -> tuple:
+    """The identity (device, inode) of the journal's file and of its write-ahead log; None for one that is missing."""
+    found = []
+    for name in (str(path), f"{path}-wal"):
+        try:
+            stat = os.stat(name)
+            found.append((stat.st_dev, stat.st_ino))
+        except FileNotFoundError:
+            found.append(None)
+    return tuple(found)
+
+
 BEGIN_ATTEMPTS = 4
 
 
@@ -254,6 +266,7 @@ def write(conn: sqlite3.Connection, sql: str, parameters: tuple = ()) -> int:
         except sqlite3.OperationalError as error:  # nothing was written: the statement rolled back
             if "locked" not in str(error) or attempt == BEGIN_ATTEMPTS:
                 raise
+    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 @contextmanager
@@ -285,7 +298,8 @@ def encode(value: Any, workflow_id: str, step: str | None, what: str,
     """``to_json``, and that JSON decoded again: what every later read of the stored value returns.
 
     Secrets are redacted in the decoded value, string by string and key by key, never across two strings.
-    ``NotJSON``: not strict JSON, nested deeper than ``MAX_DEPTH``, or keys that redaction would merge.
+    ``NotJSON``: not strict JSON, nested deeper than ``MAX_DEPTH``, a string with a lone surrogate, or keys that
+    redaction would merge.
     """
     if value is None:
         return "null", None
@@ -304,6 +318,10 @@ def encode(value: Any, workflow_id: str, step: str | None, what: str,
         # json.dumps turns int, float, bool and None keys into strings: a value not equal once decoded is walked.
         if problem is None and decoded != value:
             problem = describe_json_problem(value, MAX_DEPTH)
+        if problem is None and "\\ud" in text:  # a character outside the BMP, or a lone surrogate: not text
+            problem = lone_surrogate(decoded)
+            if problem:
+                advice = "Give text in UTF-8 (a lone surrogate is usually a byte that was not UTF-8)."
         if problem is None:
             entries = secrets_in_json(text)
             if not entries:  # the usual case: a quick look at the text finds no secret's mark
@@ -317,6 +335,15 @@ def encode(value: Any, workflow_id: str, step: str | None, what: str,
     if problem.startswith("it is nested"):
         advice = f"Use a flatter value (at most {MAX_DEPTH} levels of lists and objects)."
     raise NotJSON(f"{_where(workflow_id, step)}: the {what} cannot be stored as JSON ({problem}). {advice} {outcome}")
+
+
+def lone_surrogate(value: Any) -> str | None:
+    """Where a decoded JSON value holds a lone surrogate (no file or terminal can hold one), or None."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as error:
+        return f"it holds a lone surrogate, {error.object[error.start]!r}"
+    return None
 
 
 def _where(workflow_id: str, step: str | None) -> str:
@@ -363,9 +390,10 @@ def from_json(text: str | None) -> Any:
 # Named points where a crash can be chosen (``next_step``, ``after_commit:<step>``...): the core calls ``boundary``
 # there. The harness (``durable_kit.harness.faults``) installs what happens and keeps the table of armed points:
 # ``armed`` gives those of some points armed now, ``none_armed`` is SQL true while no point is, ``every`` true asks
-# for every point. NO_HOOK: what the core does without one.
+# for every point, ``sender`` names the (workflow, action) whose send is under way on this thread, for the outside
+# world's books. NO_HOOK: what the core does without one.
 NO_HOOK: dict[str, Any] = {"trip": lambda conn, point, workflow_id: None, "every": lambda: False,
-                           "armed": lambda conn, points: set(), "none_armed": "1"}
+                           "armed": lambda conn, points: set(), "none_armed": "1", "sender": lambda: None}
 BOUNDARY_HOOK: dict[str, Any] = dict(NO_HOOK)
 
 

@@ -12,10 +12,10 @@ from typing import Any
 
 from ..errors import Suspended, WorkflowError
 from . import state
+from .retries import MAX_SECONDS
 from .store import append_event, boundary, from_json, now, to_json
 
 KINDS = ("approval", "clarification", "timer", "delivery")
-MAX_SECONDS = 3_155_760_000  # 100 years: the longest timer or deadline, so every time stays a date
 
 
 def wait_for(wf, name: str, kind: str, request: Any = None, seconds: float | None = None,

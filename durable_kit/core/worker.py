@@ -5,6 +5,8 @@ or what it waits for, is in the database). ``leases=False`` is the unsafe single
 at start it takes back every running workflow, and it writes without a token. A storage fault is not the
 workflow's failure: the worker says so in one line, backs off and tries again, at the start too; only
 ``--once`` and ``--until-idle`` end, non-zero, on one that waiting cannot clear (anything but locked or busy).
+Every worker stops, whatever its mode, once it finds the journal's file or its write-ahead log removed or
+replaced behind its back: its writes would go where no other process reads them.
 """
 from __future__ import annotations
 
@@ -13,11 +15,12 @@ import sqlite3
 import time
 from pathlib import Path
 
-from ..errors import WorkflowError, describe_storage_fault, passes_by_waiting
+from ..errors import (SettingError, WorkflowError, describe_storage_fault, files_changed, files_changed_message,
+                      passes_by_waiting)
 from .journal import WORKFLOWS, Journal, run_workflow
-from .leases import LEASE_SECONDS, Lease, grant, new_owner, revoke_abandoned
+from .leases import LEASE_SECONDS, LEASE_SECONDS_MAX, Lease, grant, new_owner, revoke_abandoned
 from .state import DUE
-from .store import immediate, now
+from .store import StorageFault, append_event, immediate, now
 
 STORAGE_BACKOFF_CAP = 5.0  # seconds between tries while the database keeps failing
 # Work a pass does before the replays, each ``chore(journal, log) -> how much it did`` (the outbox's dispatch).
@@ -31,15 +34,19 @@ def due_workflows(journal: Journal) -> list[str]:
 
 
 def claim_next(journal: Journal, owner: str, lease_seconds: float = LEASE_SECONDS,
-               skip: set[str] = frozenset()) -> Lease | None:
+               skip: set[str] | frozenset[str] = frozenset()) -> Lease | None:
     """Choose and take the soonest due workflow this process can run (not in ``skip``), in one transaction; or None."""
     kinds, skipped = sorted(WORKFLOWS), sorted(skip)
     with journal.relaxed() as conn, immediate(conn):  # unsynced, like every grant (Workflow.fencing_token syncs)
         row = conn.execute(
-            f"SELECT id FROM workflows WHERE {DUE}"
+            f"SELECT id, status FROM workflows WHERE {DUE}"
             f" AND kind IN ({', '.join('?' * len(kinds))}) AND id NOT IN ({', '.join('?' * len(skipped))})"
             " ORDER BY next_run_at, id LIMIT 1", (now(), *kinds, *skipped)).fetchone()
-        return None if row is None else grant(conn, row["id"], owner, lease_seconds)
+        if row is None:
+            return None
+        if row["status"] == "paused":  # a pause until a time that has come: resumed, and said so
+            append_event(conn, row["id"], None, "workflow_resumed", "from paused by a worker: the pause's time came")
+        return grant(conn, row["id"], owner, lease_seconds)
 
 
 def run_due(journal: Journal, log=print, owner: str | None = None, lease_seconds: float = LEASE_SECONDS,
@@ -49,6 +56,7 @@ def run_due(journal: Journal, log=print, owner: str | None = None, lease_seconds
     A due workflow of a kind no module here registered is left, and said so once per id in ``told``."""
     owner = owner or new_owner()
     told = set() if told is None else told
+    refuse_changed_files(journal)
     for row in journal.conn.execute(f"SELECT id, kind FROM workflows WHERE {DUE} ORDER BY id", (now(),)).fetchall():
         if row["kind"] not in WORKFLOWS and row["id"] not in told:
             told.add(row["id"])
@@ -59,7 +67,11 @@ def run_due(journal: Journal, log=print, owner: str | None = None, lease_seconds
         for workflow_id, _ in revoke_abandoned(journal.conn, trust_pids=trust_pids):
             log(f"{workflow_id}: recovered")
     ran: set[str] = set()
-    while (lease := claim_next(journal, owner, lease_seconds, ran)) is not None:
+    while True:
+        refuse_changed_files(journal)  # before each claim: a long pass notices too
+        lease = claim_next(journal, owner, lease_seconds, ran)
+        if lease is None:
+            break
         workflow_id = lease.workflow_id
         ran.add(workflow_id)  # once per pass, even if it is due again at once
         done += 1
@@ -82,13 +94,30 @@ def run_due(journal: Journal, log=print, owner: str | None = None, lease_seconds
     return done
 
 
+class FilesChanged(StorageFault):
+    """The journal's file or its write-ahead log was removed or replaced since this process opened it."""
+
+
+def refuse_changed_files(journal: Journal) -> None:
+    """Raise ``FilesChanged`` if the journal's files were removed or replaced since this worker opened them."""
+    changed = journal.files_changed()
+    if changed:
+        raise FilesChanged(files_changed_message(journal.path, changed))
+
+
 def run_worker(db_path: str | Path, *, once: bool = False, until_idle: bool = False, poll: float = 0.2,
                lease_seconds: float = LEASE_SECONDS, leases: bool = True, trust_pids: bool = True,
                log=print) -> int:
     """Run due workflows until SIGTERM (or after one pass, or once nothing is due); return how many runs.
 
     A locked or busy database is waited for, with backoff, at the start too. Any other storage fault is raised
-    (``sqlite3.Error``) with ``once`` or ``until_idle``; without them the worker keeps trying."""
+    (``sqlite3.Error``) with ``once`` or ``until_idle``; without them the worker keeps trying, except where the
+    journal's file or its write-ahead log was removed or replaced behind its back: that is always raised
+    (``FilesChanged``, or ``sqlite3.Error`` where SQLite found it first)."""
+    for value, name, low, high in ((lease_seconds, "lease_seconds", 0.0, LEASE_SECONDS_MAX), (poll, "poll", 0.0, 3600.0)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not low < value <= high:
+            raise SettingError(f"run_worker: {name} must be a number of seconds above {low:g} and at most {high:g}, "
+                               f"not {value!r}; nothing was run.")
     journal = _open(db_path, poll, log)
     owner = new_owner()
     if not leases:
@@ -103,7 +132,7 @@ def run_worker(db_path: str | Path, *, once: bool = False, until_idle: bool = Fa
                 ran = run_due(journal, log, owner, lease_seconds, leases, trust_pids, told)
                 faults = 0
             except sqlite3.Error as error:
-                if (once or until_idle) and not passes_by_waiting(error):
+                if (once or until_idle) and not passes_by_waiting(error) or files_changed(error, db_path):
                     raise  # waiting cannot clear it: the command ends with its message
                 faults += 1
                 wait = _say_fault(db_path, error, poll, faults, log)
@@ -116,6 +145,10 @@ def run_worker(db_path: str | Path, *, once: bool = False, until_idle: bool = Fa
                 break
             if ran == 0:
                 time.sleep(poll)
+    except FilesChanged:  # its log may be a file no other process reads: it must never be checkpointed into theirs
+        if hasattr(journal.conn, "setconfig") and hasattr(sqlite3, "SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE"):
+            journal.conn.setconfig(sqlite3.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, True)  # Python 3.12 and later
+        raise
     finally:
         signal.signal(signal.SIGTERM, previous)
         journal.close()

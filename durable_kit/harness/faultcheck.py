@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 KIT = [sys.executable, "-m", "durable_kit"]
 REFUND = '{"order_id": "A-1001"}'
@@ -41,7 +41,7 @@ def _snapshot(folder: Path) -> dict:
     try:
         conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
         tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
-        rows = {t: sorted(map(repr, conn.execute(f'SELECT * FROM "{t}"'))) for t in tables}
+        rows: Any = {t: sorted(map(repr, conn.execute(f'SELECT * FROM "{t}"'))) for t in tables}
         conn.close()
     except sqlite3.Error:  # missing, empty, damaged or a folder: compare its bytes (or its entries) instead
         rows = db.read_bytes() if db.is_file() else sorted(os.listdir(db)) if db.is_dir() else None

@@ -2,7 +2,9 @@
 
 A fault is armed by one process (a notebook, a test, the command line) and
 fired by another when its code reaches the named boundary. Firing removes the
-fault in the same transaction that records it, so it fires at most once.
+fault in the same transaction that records it, so it fires at most once. A
+fault armed for one workflow (``arm(..., workflow_id=...)``) fires only in
+that workflow; one armed for none (``*``) fires in whichever reaches it first.
 
 The journal checks, for every step, ``after_activity:<step>``,
 ``after_commit:<step>`` and ``next_step`` (just before the activity runs, for
@@ -15,6 +17,11 @@ every ``trip`` appends one JSON line ``{"point": ..., "workflow_id": ...}`` to
 it, armed or not, so a clean run lists the boundaries a crash can hit
 (``durable_kit.harness.crashlab`` reads it). Code that only checks points it knows
 are armed should ask ``tracing()`` first and trip every point while it is true.
+
+Who sends: ``trip`` at ``before_send:<action>`` remembers the workflow and
+the action on that thread, and any other point there forgets them; the
+hook's ``sender`` answers the fake outside world (``durable_kit.world.sender``),
+so the fakes' rows say which workflow's action sent them.
 """
 from __future__ import annotations
 
@@ -23,6 +30,7 @@ import os
 import signal
 import sqlite3
 import time
+from contextvars import ContextVar
 from pathlib import Path
 
 from ..core.retries import Transient
@@ -31,33 +39,40 @@ from ..core.store import BOUNDARY_HOOK, FEATURE_TABLES, append_event, connect, i
 CRASH_EXIT_CODE = 13
 ACTIONS = ("exit", "kill", "fail", "delay", "stop")
 TRACE_VARIABLE = "DURABLE_KIT_TRACE"
+ANY_WORKFLOW = "*"
+SENDING = "before_send:"  # the point every send by the kit's effect helpers passes first
 
 # The armed points, in the journal beside the engine's tables (created with them, once this module is imported).
 FEATURE_TABLES.append(f"""
 CREATE TABLE IF NOT EXISTS faults (
-    point   TEXT PRIMARY KEY,
-    action  TEXT NOT NULL CHECK (action IN ({", ".join(map(repr, ACTIONS))})),
-    seconds REAL NOT NULL DEFAULT 0  -- how long 'delay' sleeps
+    point       TEXT NOT NULL,
+    action      TEXT NOT NULL CHECK (action IN ({", ".join(map(repr, ACTIONS))})),
+    seconds     REAL NOT NULL DEFAULT 0,  -- how long 'delay' sleeps
+    workflow_id TEXT NOT NULL DEFAULT '{ANY_WORKFLOW}',  -- the one workflow it fires in ('*': the first to reach it)
+    PRIMARY KEY (point, workflow_id)
 );
 """)
 NONE_ARMED = "NOT EXISTS (SELECT 1 FROM faults)"  # SQL: no point at all is armed
+_SENDER: ContextVar[tuple[str, str] | None] = ContextVar("durable_kit_sender", default=None)  # per thread
 
 
 class InjectedFailure(Transient):
     """Raised at a boundary armed with ``fail``: a transient error, not a crash, so a retry policy retries it."""
 
 
-def arm(db: sqlite3.Connection | str | Path, point: str, action: str = "exit", seconds: float = 0) -> None:
+def arm(db: sqlite3.Connection | str | Path, point: str, action: str = "exit", seconds: float = 0,
+        workflow_id: str | None = None) -> None:
     """Arm ``point`` in the journal ``db`` (a connection to it, or its path): the next process to reach it ends
     (``exit``/``kill``), raises (``fail``), sleeps (``delay``) or stops itself (``stop``: SIGSTOP, until another
-    process sends SIGCONT)."""
+    process sends SIGCONT). With ``workflow_id`` only that workflow's code fires it; without, the first to reach
+    it does. Armed again, a point replaces its earlier action for the same workflow."""
     if action not in ACTIONS:
         raise ValueError(f"fault action must be one of {ACTIONS}, not {action!r}")
     conn = db if isinstance(db, sqlite3.Connection) else connect(db)
     try:
         with immediate(conn):
-            conn.execute("INSERT OR REPLACE INTO faults (point, action, seconds) VALUES (?, ?, ?)",
-                         (point, action, seconds))
+            conn.execute("INSERT OR REPLACE INTO faults (point, action, seconds, workflow_id) VALUES (?, ?, ?, ?)",
+                         (point, action, seconds, ANY_WORKFLOW if workflow_id is None else workflow_id))
     except sqlite3.IntegrityError:  # a journal made before 'stop' existed keeps its older CHECK
         raise ValueError(f"this journal was made before the fault action {action!r} existed, so it cannot arm "
                          f"{point!r} with it; nothing was armed: start a new journal") from None
@@ -67,11 +82,17 @@ def arm(db: sqlite3.Connection | str | Path, point: str, action: str = "exit", s
 
 
 def disarm_all(conn: sqlite3.Connection) -> list[str]:
-    """Remove every armed fault; return the points that never fired."""
+    """Remove every armed fault; return the points that never fired (each once, whatever its workflows)."""
     with immediate(conn):
-        left = [row["point"] for row in conn.execute("SELECT point FROM faults ORDER BY point")]
+        left = [row["point"] for row in conn.execute("SELECT DISTINCT point FROM faults ORDER BY point")]
         conn.execute("DELETE FROM faults")
     return left
+
+
+def sender() -> tuple[str, str] | None:
+    """(workflow, action) of the send under way on this thread: the last ``before_send:`` reached, until another
+    point is."""
+    return _SENDER.get()
 
 
 def tracing() -> bool:
@@ -87,16 +108,23 @@ def _trace(point: str, workflow_id: str) -> None:
 
 
 def armed(conn: sqlite3.Connection, points: tuple[str, ...]) -> set[str]:
-    """Those of ``points`` armed now, read in the caller's transaction."""
+    """Those of ``points`` armed now for any workflow, read in the caller's transaction (``trip`` picks the one)."""
     marks = ", ".join("?" * len(points))
     return {row["point"] for row in conn.execute(f"SELECT point FROM faults WHERE point IN ({marks})", points)}
 
 
+# The fault ``trip`` fires: the one armed for this workflow, else one armed for any.
+ARMED_HERE = ("SELECT action, seconds, workflow_id FROM faults WHERE point = ?1 AND (workflow_id = ?2"
+              f" OR workflow_id = '{ANY_WORKFLOW}') ORDER BY workflow_id = '{ANY_WORKFLOW}' LIMIT 1")
+
+
 def trip(conn: sqlite3.Connection, point: str, workflow_id: str) -> None:
-    """If ``point`` is armed, record it in the history and act; otherwise return at once.
+    """If ``point`` is armed for this workflow (or any), record it in the history and act; otherwise return.
 
     While ``tracing()``, the point is first appended to the trace file (before
-    the armed check, so a crash at it is traced too).
+    the armed check, so a crash at it is traced too). The ``sender`` is set
+    before either: the workflow and the action at ``before_send:<action>``,
+    none at any other point.
 
     ``exit`` ends the process with ``os._exit(CRASH_EXIT_CODE)``: no cleanup,
     no flush, no ``finally``. ``kill`` sends SIGKILL to this process (POSIX).
@@ -104,16 +132,17 @@ def trip(conn: sqlite3.Connection, point: str, workflow_id: str) -> None:
     returns once it is continued (SIGCONT), as a paused owner would; ``fail``
     raises ``InjectedFailure``.
     """
+    _SENDER.set((workflow_id, point[len(SENDING):]) if point.startswith(SENDING) else None)
     if tracing():
         _trace(point, workflow_id)
-    if conn.execute("SELECT 1 FROM faults WHERE point = ?", (point,)).fetchone() is None:
+    if conn.execute(ARMED_HERE, (point, workflow_id)).fetchone() is None:
         return
     with immediate(conn):
-        row = conn.execute("SELECT action, seconds FROM faults WHERE point = ?", (point,)).fetchone()
+        row = conn.execute(ARMED_HERE, (point, workflow_id)).fetchone()
         if row is None:  # another process fired it between our two reads
             return
         action = row["action"]
-        conn.execute("DELETE FROM faults WHERE point = ?", (point,))
+        conn.execute("DELETE FROM faults WHERE point = ? AND workflow_id = ?", (point, row["workflow_id"]))
         append_event(conn, workflow_id, None, "fault_fired", f"{point} ({action})")
     if action == "exit":
         os._exit(CRASH_EXIT_CODE)
@@ -129,4 +158,4 @@ def trip(conn: sqlite3.Connection, point: str, workflow_id: str) -> None:
 
 
 # Every process that imports the kit fires armed faults at the core's boundaries (``store.boundary``).
-BOUNDARY_HOOK.update(trip=trip, every=tracing, armed=armed, none_armed=NONE_ARMED)
+BOUNDARY_HOOK.update(trip=trip, every=tracing, armed=armed, none_armed=NONE_ARMED, sender=sender)

@@ -18,7 +18,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Callable
 
-PYTHON_MINIMUM = (3, 10)
+PYTHONS = ((3, 10), (3, 14))  # the oldest and the newest Python the lock (constraints.txt) and the README cover
 PACKAGE_MINIMUMS = {"jupyterlab": (4, 0), "ipywidgets": (8, 0), "pandas": (2, 0), "matplotlib": (3, 7)}
 SQLITE_MINIMUM = (3, 35)  # RETURNING (3.35) and upserts (3.24) are used by the journal
 WIDGETS_EXTENSION = "@jupyter-widgets/jupyterlab-manager"
@@ -47,17 +47,20 @@ def _numbers(text: str) -> tuple[int, int]:
     return (int(match.group(1)), int(match.group(2))) if match else (0, 0)
 
 
-def check_python() -> Check:
-    """Python 3.10 or newer."""
-    found = ".".join(map(str, sys.version_info[:3]))
-    return Check(f"Python {PYTHON_MINIMUM[0]}.{PYTHON_MINIMUM[1]} or newer", sys.version_info[:2] >= PYTHON_MINIMUM,
-                 found, "install a newer Python (python.org, your package manager or conda) and make a new venv")
+def check_python(version: tuple[int, ...] = tuple(sys.version_info[:3])) -> Check:
+    """A Python from 3.10 to 3.14: the versions the lock pins a wheel of every package for."""
+    (oldest, newest), found = PYTHONS, ".".join(map(str, version))
+    span = f"{oldest[0]}.{oldest[1]} to {newest[0]}.{newest[1]}"
+    return Check(f"Python {span}", oldest <= version[:2] <= newest, found,
+                 f"make a new venv with a Python from {span} (python.org, your package manager or conda), which "
+                 "the workshop's lock covers, and install there")
 
 
 def check_package(package: str, minimum: tuple[int, int]) -> Check:
     """An installed distribution at least ``minimum`` (major, minor)."""
     name = f"{package} {minimum[0]}.{minimum[1]} or newer"
-    fix = 'run `python -m pip install -e ".[workshop]"` from the checkout, in the environment your kernel uses'
+    fix = ('run `python -m pip install -c constraints.txt -e ".[workshop]"` from the checkout, in the environment '
+           "your kernel uses")
     try:
         found = version(package)
     except PackageNotFoundError:
@@ -68,7 +71,7 @@ def check_package(package: str, minimum: tuple[int, int]) -> Check:
 def check_sqlite() -> Check:
     """SQLite new enough for RETURNING and upserts, and both actually work."""
     found = sqlite3.sqlite_version
-    fix = ("this Python's sqlite3 is too old: use Python 3.10+ from python.org or conda, "
+    fix = ("this Python's sqlite3 is too old: use Python 3.10 to 3.14 from python.org or conda, "
            "whose SQLite is recent enough")
     if _numbers(found) < SQLITE_MINIMUM:
         return Check(f"SQLite {SQLITE_MINIMUM[0]}.{SQLITE_MINIMUM[1]} or newer", False, found, fix)
@@ -137,8 +140,8 @@ def check_child_process() -> Check:
 def check_widgets_extension() -> Check:
     """The ipywidgets extension is installed where this environment's JupyterLab looks for extensions."""
     name = "JupyterLab widgets extension"
-    fix = ('install ipywidgets into the environment that runs `jupyter lab` (python -m pip install -e ".[workshop]" '
-           "there), then reload the browser tab")
+    fix = ("install ipywidgets into the environment that runs `jupyter lab` (python -m pip install -c constraints.txt "
+           '-e ".[workshop]" there), then reload the browser tab')
     try:
         from jupyter_core.paths import jupyter_path
     except ImportError:

@@ -4,10 +4,25 @@ They never touch the journal. Each one counts what it receives in a call
 ledger, the way a provider's bill counts requests whether or not the
 caller remembered them. Each keeps a file of its own beside the journal
 (``beside``), opened by ``connect_outside``.
+
+Which workflow sent a request: every send made by the kit's effect helpers
+passes the fault point ``before_send:<action>`` with its workflow's id, and
+the harness's boundary hook remembers both on that thread until the next
+fault point there (``after_send:<action>``, or the step's failure). The
+destinations record them on every request and effect row (``workflow_id``,
+``action``); a request sent outside the helpers records neither, and the
+crash lab then reads the workflow from the request's key.
 """
 import os
 import sqlite3
 from pathlib import Path
+
+from ..core.store import BOUNDARY_HOOK
+
+
+def sender() -> tuple[str | None, str | None]:
+    """(workflow, action) of the send under way on this thread (the boundary hook's ``sender``); Nones outside one."""
+    return BOUNDARY_HOOK["sender"]() or (None, None)  # without the harness's hook, no send is attributed
 
 
 def data_dir() -> Path:
@@ -39,6 +54,16 @@ def connect_outside(path: str | Path, schema: str) -> sqlite3.Connection:
     conn.execute("PRAGMA synchronous = FULL")
     conn.executescript(schema)
     return conn
+
+
+def add_column(conn: sqlite3.Connection, table: str, column: str, declaration: str = "TEXT") -> None:
+    """Give ``table`` the column if a file made before it existed lacks it (its old rows hold NULL)."""
+    if column not in {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}:
+        try:
+            conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
+        except sqlite3.OperationalError as error:  # another process added it between the read and the write
+            if "duplicate column" not in str(error):
+                raise
 
 
 class OutsideWorld:

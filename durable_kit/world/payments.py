@@ -7,14 +7,15 @@ is refused. With ``accepts_keys=False`` every request is a new refund, but the
 service can list the refunds of an order, which is what reconciliation asks.
 Either way it can check fencing tokens: given a key and a token, it refuses a
 token lower than the highest it has seen with that key. Every request is
-counted, whatever became of it.
+counted, whatever became of it, with the workflow and the action that sent
+it (``durable_kit.world.sender``).
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 from ..core.store import immediate, now
-from . import OutsideWorld, beside, connect_outside
+from . import OutsideWorld, add_column, beside, connect_outside, sender
 
 PAYMENTS_SCHEMA = """
 CREATE TABLE IF NOT EXISTS requests (
@@ -22,7 +23,9 @@ CREATE TABLE IF NOT EXISTS requests (
     key      TEXT,
     order_id TEXT NOT NULL,
     amount   REAL NOT NULL,
-    at       REAL NOT NULL
+    at       REAL NOT NULL,
+    workflow_id TEXT,  -- the workflow that sent it (NULL: sent outside the kit's effect helpers)
+    action      TEXT   -- the effect helper's action that sent it
 );
 CREATE TABLE IF NOT EXISTS fences (
     key   TEXT PRIMARY KEY,  -- the effect key the token fences (one workflow's one action)
@@ -33,7 +36,9 @@ CREATE TABLE IF NOT EXISTS refunds (
     key       TEXT UNIQUE,
     order_id  TEXT NOT NULL,
     amount    REAL NOT NULL,
-    at        REAL NOT NULL
+    at        REAL NOT NULL,
+    workflow_id TEXT,  -- the workflow whose request made it
+    action      TEXT
 )
 """
 
@@ -57,6 +62,9 @@ class Payments(OutsideWorld):
     def __init__(self, path: str | Path, accepts_keys: bool = True):
         self.path, self.accepts_keys = Path(path), accepts_keys
         self.conn = connect_outside(self.path, PAYMENTS_SCHEMA)
+        for table in ("requests", "refunds"):
+            add_column(self.conn, table, "workflow_id")
+            add_column(self.conn, table, "action")
 
     @classmethod
     def beside(cls, db_path: str | Path, accepts_keys: bool = True) -> "Payments":
@@ -74,8 +82,10 @@ class Payments(OutsideWorld):
         """
         if fencing_token is not None and key is None:
             raise ValueError(f"order {order_id}: a fencing token needs the effect key it fences; nothing was refunded.")
-        self.conn.execute("INSERT INTO requests (key, order_id, amount, at) VALUES (?, ?, ?, ?)",
-                          (key, order_id, amount, now()))  # counted on arrival, whatever happens next
+        workflow_id, action = sender()
+        self.conn.execute("INSERT INTO requests (key, order_id, amount, at, workflow_id, action)"
+                          " VALUES (?, ?, ?, ?, ?, ?)",  # counted on arrival, whatever happens next
+                          (key, order_id, amount, now(), workflow_id, action))
         with immediate(self.conn):
             if fencing_token is not None:
                 seen = self.conn.execute("SELECT token FROM fences WHERE key = ?", (key,)).fetchone()
@@ -95,8 +105,9 @@ class Payments(OutsideWorld):
                     return self._receipt(earlier)
             number = self.conn.execute("SELECT COUNT(*) FROM refunds").fetchone()[0] + 1
             refund_id = f"R-{number:04d}"
-            self.conn.execute("INSERT INTO refunds (refund_id, key, order_id, amount, at) VALUES (?, ?, ?, ?, ?)",
-                              (refund_id, key if self.accepts_keys else None, order_id, amount, now()))
+            self.conn.execute("INSERT INTO refunds (refund_id, key, order_id, amount, at, workflow_id, action)"
+                              " VALUES (?, ?, ?, ?, ?, ?, ?)", (refund_id, key if self.accepts_keys else None,
+                                                             order_id, amount, now(), workflow_id, action))
             return {"refund_id": refund_id, "order_id": order_id, "amount": amount}
 
     @staticmethod

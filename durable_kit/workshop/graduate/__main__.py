@@ -103,7 +103,7 @@ def cmd_loop(args) -> int:
         if args.framework == "pydantic":
             from . import pydantic_loop as framework
         else:
-            from . import openai_loop as framework
+            from . import openai_loop as framework  # type: ignore[no-redef]  # the same names as pydantic_loop
     except ImportError as missing:
         sys.exit(str(missing))
     engine.arm_here(args.crash_at, args.action)

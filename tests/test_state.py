@@ -185,4 +185,8 @@ def test_the_writer_check_sees_a_write_elsewhere():
 def test_only_the_state_module_writes_workflow_and_step_rows():
     sources = {str(path.relative_to(ROOT)): path.read_text() for path in (ROOT / "durable_kit").rglob("*.py")}
     sources.pop("durable_kit/bench.py")  # its docstring quotes a statement, to name the commit it labels
+    # The engine in one file has tables of its own (its writers are move, mark and the inserts beside them), and the
+    # checks of its parts prepare its rows: neither touches the kit's journal.
+    sources.pop("durable_kit/mini.py")
+    sources.pop("durable_kit/workshop/lab/parts.py")
     assert row_writers(sources) == []

@@ -343,8 +343,8 @@ def last_step_then_end(wf):
 '''
 
 
-@pytest.mark.parametrize("kind, ended", [("last_step", ("complete", "sent", None, "completed"))])
-def test_a_cancellation_during_the_last_step_is_reported_as_too_late(tmp_path, kind, ended):
+def cancelled_during_the_last_step(tmp_path, kind: str) -> Path:
+    """Workflow l1 of ``kind``, cancelled by Dana while a worker runs its last step, run to the end; its journal."""
     db, module = started(tmp_path, LAST_STEP, kind, "l1")
     running = subprocess.Popen([sys.executable, "-m", "durable_kit", "worker", "--db", str(db), "--until-idle",
                                 "--module", str(module)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -352,6 +352,12 @@ def test_a_cancellation_during_the_last_step_is_reported_as_too_late(tmp_path, k
     wait_until(lambda: any(s["name"] == "send" for s in Journal(db).steps("l1")), 60, "the last step to start")
     kit("cancel", "--db", str(db), "--workflow", "l1", "--by", "Dana", "--reason", "too slow")
     assert running.communicate(timeout=120)[0] and running.returncode == 0
+    return db
+
+
+@pytest.mark.parametrize("kind, ended", [("last_step", ("complete", "sent", None, "completed"))])
+def test_a_cancellation_during_the_last_step_is_reported_as_too_late(tmp_path, kind, ended):
+    db = cancelled_during_the_last_step(tmp_path, kind)
     journal = Journal(db)
     wf = journal.workflow("l1")
     status, output, error, said = ended
@@ -370,14 +376,7 @@ def test_a_cancellation_during_the_last_step_is_reported_as_too_late(tmp_path, k
 
 
 def test_a_cancellation_during_the_last_step_of_code_that_then_ends_itself_cancels_it(tmp_path):
-    db, module = started(tmp_path, LAST_STEP, "last_step_then_end", "l1")
-    running = subprocess.Popen([sys.executable, "-m", "durable_kit", "worker", "--db", str(db), "--until-idle",
-                                "--module", str(module)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)
-    wait_until(lambda: any(s["name"] == "send" for s in Journal(db).steps("l1")), 60, "the last step to start")
-    kit("cancel", "--db", str(db), "--workflow", "l1", "--by", "Dana", "--reason", "too slow")
-    assert running.communicate(timeout=120)[0] and running.returncode == 0
-    journal = Journal(db)
+    journal = Journal(cancelled_during_the_last_step(tmp_path, "last_step_then_end"))
     wf = journal.workflow("l1")
     assert (wf["status"], wf["output"], wf["error"]) == ("cancelled", None, "cancelled by Dana: too slow")
     assert [s["name"] for s in journal.steps("l1")] == ["prepare", "send", "compensate:prepare"]

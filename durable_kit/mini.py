@@ -5,10 +5,10 @@ It imports only the standard library and speaks the kit's names and parameters f
 once its import says ``durable_kit.mini``; ``python -m durable_kit.workshop.lab.mini_worker`` runs a worker. The
 parts the exercises write (``run_step``, ``after_failure``, ``decide_wait``, ``fenced``) are looked up when called.
 
-What it promises: every workflow, step and wait has a durable identity; an activity runs at least once, and a
-committed output is never replaced; a replay that meets another step, wait or input than the journal recorded there
-blocks the workflow; a failure commits with its retry time, and a crash loop escalates; a wait holds no process, a
-decision is final; each write of a replay checks its lease's fencing token in its own transaction.
+What it promises: every workflow, step and wait has a durable identity; an activity runs at least once; a committed
+output is never replaced; a replay that meets another step or wait than the journal recorded there, or a completed
+step with another input, blocks the workflow; a failure commits with its retry time; a crash loop escalates; a wait
+holds no process; a decision is final; each write of a replay checks its lease's token in that same transaction.
 
 What the full kit (``core/`` and the features beside it) adds, and why: fast paths (one-statement writes, a sync
 only where a replay could not redo a write, takeover once an owner's process is gone), as every commit costs;
@@ -351,8 +351,8 @@ def heartbeat(db_path: str | Path, lease: Lease, done: threading.Event) -> None:
 
 
 def run_workflow(journal: Journal, workflow_id: str, lease: Lease | None = None) -> Any:
-    """Replay the workflow from its first line as far as it goes, under ``lease`` (else one it claims), kept by a
-    ``heartbeat``; its output, or None (the database says why). An error of the workflow's code marks it *failed*."""
+    """Replay it from its first line as far as it goes, under ``lease`` or one it claims (``WorkflowError`` if another's
+    is live), kept by a ``heartbeat``: its output, or None (the database says why); a code error marks it *failed*."""
     row = journal.workflow(workflow_id)
     if row["status"] in FINAL:
         return row["output"]
